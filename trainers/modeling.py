@@ -112,25 +112,46 @@ class TokenStats:
 
 
 def pack_logprobs(
-    model: nn.Module, pack: Pack, *, temperature: float = 1.0, entropy_mask: torch.Tensor | None = None
+    model: nn.Module,
+    pack: Pack,
+    *,
+    temperature: float = 1.0,
+    entropy_mask: torch.Tensor | None = None,
+    positions: torch.Tensor | None = None,
 ) -> TokenStats:
     """Per-token log-probs (at ``temperature``) of a pack; entropy of the next-token distribution where
-    ``entropy_mask`` is set (the predicting position of those tokens)."""
-    out = model(input_ids=pack.input_ids, position_ids=pack.position_ids, attention_mask=pack.attention_mask)
+    ``entropy_mask`` is set (the predicting position of those tokens).
+
+    ``positions`` (flat ``(L,)``, e.g. the loss mask) restricts the log-probs to the tokens where it is set (0
+    elsewhere): the LM head then runs only on the positions predicting those tokens (and the entropy tokens), which
+    skips most of the head's compute and memory when the policy wrote a small share of the pack. ``None`` = all.
+    """
+    ids = pack.input_ids[0]
+    starts = torch.zeros(ids.shape[0], dtype=torch.bool)
+    starts[pack.offsets[:-1]] = True
+    need_lp = ~starts if positions is None else positions.bool() & ~starts
+    need_ent = entropy_mask.bool() & ~starts if entropy_mask is not None else torch.zeros_like(starts)
+    need = need_lp | need_ent
+    targets = torch.nonzero(need).squeeze(-1)  # token positions t >= 1 whose log-prob/entropy is asked
+    out = model(
+        input_ids=pack.input_ids,
+        position_ids=pack.position_ids,
+        attention_mask=pack.attention_mask,
+        logits_to_keep=targets - 1,  # the predicting positions
+    )
     logits = out.logits[0]
     if temperature != 1.0:
         logits = logits / temperature
-    ids = pack.input_ids[0]
-    lp_next = token_logprobs(logits[:-1], ids[1:])
-    starts = torch.zeros(ids.shape[0], dtype=torch.bool)
-    starts[pack.offsets[:-1]] = True
-    lp = torch.cat([torch.zeros(1), torch.where(starts[1:], torch.zeros_like(lp_next), lp_next)])
+    lp = torch.zeros(ids.shape[0], dtype=torch.float32)
+    lp_rows = need_lp[targets]
+    if bool(lp_rows.any()):
+        lp = lp.index_put((targets[lp_rows],), token_logprobs(logits[lp_rows], ids[targets[lp_rows]]))
     ent = None
     if entropy_mask is not None:
-        where = torch.nonzero(entropy_mask[1:].bool() & ~starts[1:]).squeeze(-1)
         ent = torch.zeros(ids.shape[0], dtype=torch.float32)
-        if len(where):
-            ent = ent.index_put((where + 1,), entropy_from_logits(logits[where]))
+        ent_rows = need_ent[targets]
+        if bool(ent_rows.any()):
+            ent = ent.index_put((targets[ent_rows],), entropy_from_logits(logits[ent_rows]))
     return TokenStats(lp, ent)
 
 
