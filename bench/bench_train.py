@@ -3,8 +3,10 @@
 One update step as ``trainers/rl.py`` runs it, on WikiTwoTurn episodes played by the scripted policies and
 tokenised exactly as in RL (~350-550 tokens each): policy forward+backward+AdamW, optionally with the critic
 (value head on a backbone copy, own AdamW) and the frozen reference's forward (MT-PPO's full memory footprint).
-Compares bf16 autocast vs fp32 and packing (``pack_tokens``) side by side, each in a fresh subprocess so peak RSS
-is its own. Targets (issue 3): >= 365 training tok/s; policy + reference + critic within 8 GB.
+Compares the LM head over every position (``full``, the path before issue 11) with the head only
+where a log-prob is needed (``masked``), bf16 autocast vs fp32, side by side (interleaved, same threads), each in
+a fresh subprocess so peak RSS is its own. Targets: >= 2x the full head (issue 11), policy + reference + critic
+within 8 GB.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ CHILD = r"""
 import json, resource, sys, time
 import numpy as np, torch
 episodes_n, bf16, pack_tokens = int(sys.argv[1]), sys.argv[2] == "1", int(sys.argv[3])
-full, threads = sys.argv[4] == "1", int(sys.argv[5])
+full, threads, masked = sys.argv[4] == "1", int(sys.argv[5]), sys.argv[6] == "1"
 torch.set_num_threads(threads)
 from agentgym_turn.models import load_causal_lm
 from trainers import modeling as M
@@ -41,14 +43,14 @@ with torch.no_grad(), M.autocast(bf16):
     heads = {}
     for p in packs:
         if full:
-            M.pack_logprobs(reference, p)
+            M.pack_logprobs(reference, p, positions=p.gather([e.loss_mask for e in eps]) if masked else None)
             heads.update(p.split(critic.pack_values(p)))
 values = [M.critic_values(heads[i]) for i in range(len(eps))] if full else None
 credit = get_strategy("mt_ppo" if full else "grpo_mr")(eps, values, CreditConfig())
 for p in packs:
     mask = p.gather(credit.loss_masks)
     with M.autocast(bf16):
-        st = M.pack_logprobs(policy, p, entropy_mask=mask)
+        st = M.pack_logprobs(policy, p, entropy_mask=mask, positions=mask if masked else None)
     old = p.gather([e.logprobs for e in eps])
     loss, _ = policy_loss(st.logprobs, old, p.gather(credit.advantages), mask, seq_ids=p.seq_ids)
     loss.backward()
@@ -64,13 +66,14 @@ if full:
 dt = time.perf_counter() - t0
 n = sum(len(e.token_ids) for e in eps)
 print(json.dumps({"episodes": len(eps), "tokens": n, "rows": len(packs), "bf16": bf16, "pack_tokens": pack_tokens,
-                  "full": full, "seconds": round(dt, 1), "tok_per_s": round(n / dt, 1),
+                  "full": full, "masked": masked, "seconds": round(dt, 1), "tok_per_s": round(n / dt, 1),
                   "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}))
 """
 
 
-def run(episodes: int, bf16: bool, pack_tokens: int, full: bool, threads: int) -> dict:
+def run(episodes: int, bf16: bool, pack_tokens: int, full: bool, threads: int, masked: bool) -> dict:
     argv = [str(episodes), "1" if bf16 else "0", str(pack_tokens), "1" if full else "0", str(threads)]
+    argv.append("1" if masked else "0")
     out = subprocess.run([sys.executable, "-c", CHILD, *argv], capture_output=True, text=True)
     if out.returncode:
         return {"error": out.stderr.strip().splitlines()[-1][:200], "bf16": bf16, "pack_tokens": pack_tokens}
@@ -83,19 +86,24 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     n = 4 if args.quick else 8
-    configs = [(True, 512, False), (False, 512, False), (True, 1024, False), (True, 512, True)]
+    # before (LM head at every position) and after (only where a log-prob is needed), interleaved
+    configs = [
+        (bf16, 512, full, m) for bf16, full in [(True, False), (False, False), (True, True)] for m in (False, True)
+    ]
     t0 = time.perf_counter()
-    rows = [run(n, bf16, pack, full, args.threads) for bf16, pack, full in configs]
-    base = rows[0].get("tok_per_s")
-    print(f"{'what':<30}{'bf16':>6}{'pack':>6}{'rows':>6}{'tokens':>8}{'tok/s':>8}{'x base':>8}{'peak GB':>9}")
-    for r, (_, _, full) in zip(rows, configs, strict=True):
+    rows = [run(n, bf16, pack, full, args.threads, m) for bf16, pack, full, m in configs]
+    head = ["what", "head", "bf16", "pack", "rows", "tokens", "tok/s", "x full", "peak GB"]
+    print(f"{head[0]:<24}" + "".join(f"{h:>8}" for h in head[1:]))
+    for i, (r, (_, _, full, m)) in enumerate(zip(rows, configs, strict=True)):
         what = "policy+critic+reference" if full else "policy only"
         if "error" in r:
-            print(f"{what:<30} error: {r['error']}")
+            print(f"{what:<24} error: {r['error']}")
             continue
-        ratio = r["tok_per_s"] / base if base else float("nan")
-        print(f"{what:<30}{r['bf16']!s:>6}{r['pack_tokens']:>6}{r['rows']:>6}{r['tokens']:>8}{r['tok_per_s']:>8.1f}"
-              f"{ratio:>8.2f}{r['peak_rss_gb']:>9.2f}")  # fmt: skip
+        before = rows[i - 1].get("tok_per_s") if m else r["tok_per_s"]  # the full-head row of the same kind
+        ratio = r["tok_per_s"] / before if before else float("nan")
+        cells = ["masked" if m else "full", r["bf16"], r["pack_tokens"], r["rows"], r["tokens"]]
+        cells += [f"{r['tok_per_s']:.1f}", f"{ratio:.2f}", f"{r['peak_rss_gb']:.2f}"]
+        print(f"{what:<24}" + "".join(f"{c!s:>8}" for c in cells))
     print(f"targets: >= 365 tok/s; policy + reference + critic <= 8 GB; wall {time.perf_counter() - t0:.0f} s")
 
 

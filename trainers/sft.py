@@ -138,9 +138,10 @@ def sft_train(
         opt.zero_grad(set_to_none=True)
         total, tokens = 0.0, 0
         for pack in M.pack_episodes(episodes, batch.tolist(), pack_tokens):
+            mask = pack.gather(masks)
             with M.autocast(bf16):
-                lp = M.pack_logprobs(policy, pack).logprobs
-            loss = -aggregate(lp, pack.gather(masks), pack.seq_ids)
+                lp = M.pack_logprobs(policy, pack, positions=mask).logprobs
+            loss = -aggregate(lp, mask, pack.seq_ids)
             (loss * len(pack.members) / len(batch)).backward()
             total += float(loss.detach()) * len(pack.members) / len(batch)
             tokens += pack.num_tokens
