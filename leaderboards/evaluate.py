@@ -6,7 +6,7 @@
     python -m leaderboards.evaluate --env TurnRL/SearchR1-v0 --model /path/to/checkpoint --env-kwarg dataset=nq
 
 ``--model`` is ``scripted:NAME`` (one of the env's scripted policies), ``smollm2`` (the bundled
-SmolLM2-135M-Instruct), a Hugging Face id or a model folder (``--engine transformers`` or ``vllm``), or an
+SmolLM2-135M-Instruct), a Hugging Face id or a model folder (``--engine auto``, ``vllm`` or ``transformers``), or an
 OpenAI-compatible ``/v1`` URL with the served model after ``#`` (token-in-token-out ``/v1/completions``, e.g. vLLM's
 server; the tokenizer is loaded from ``--tokenizer``, default the served model name). Model episodes are played by
 the trainer's rollout code (``trainers.rollout.collect``), scripted ones by ``agentgym_turn.policies.run_episode``;
@@ -44,7 +44,7 @@ from trainers.config import arg, build_parser
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_RESULTS = ROOT / "results"
-MODEL_ENGINES = ("transformers", "vllm")
+MODEL_ENGINES = ("auto", "transformers", "vllm")
 
 
 @dataclass
@@ -62,7 +62,7 @@ class EvalConfig:
     max_turns: int | None = arg(None, "model turns before an episode is cut (counted as failed); default: family's")
     max_context: int = arg(8192, "model context budget per episode (longer episodes are cut)")
     env_kwarg: list[str] = arg([], "extra gym.make kwargs as key=value (JSON values), e.g. split=test")  # noqa: RUF009
-    engine: str = arg("transformers", "engine for a local model", choices=MODEL_ENGINES)
+    engine: str = arg("auto", "engine for a local model (auto: vllm where installed)", choices=MODEL_ENGINES)
     tokenizer: str | None = arg(None, "tokenizer for a URL model (default: the served model name)")
     batch_size: int = arg(8, "prompts per forward pass of the transformers engine")
     dtype: str = arg("float32", "weights dtype of a local model", choices=("float32", "bfloat16", "float16"))
@@ -170,8 +170,10 @@ def run_scripted(cfg: EvalConfig, env_kwargs: dict[str, Any], trials: int) -> Pl
 def run_model(cfg: EvalConfig, env_kwargs: dict[str, Any], budgets: dict[str, Any]) -> Played:
     """Roll out a local or served model with the trainer's engines and rollouts (token-in-token-out)."""
     from agentgym_turn.models import load_causal_lm, load_tokenizer, resolve_model_path
-    from trainers.engines import make_engine, stop_token_ids
+    from trainers.engines import make_engine, resolve_engine, stop_token_ids
     from trainers.rollout import EnvPool, RolloutConfig, collect, decode, engine_actor
+
+    cfg.engine = resolve_engine(cfg.engine)  # the row records the engine that ran
 
     if cfg.threads:
         import torch

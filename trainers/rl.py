@@ -26,6 +26,7 @@ import numpy as np
 from agentgym_turn.error import InvalidArgument
 from trainers.config import arg, to_dict
 from trainers.credit import STRATEGIES, CreditConfig, get_strategy, needs_critic
+from trainers.engines import ENGINES, default_engine
 
 CREDIT = {
     "ppo": {"or": "ppo_or", "mr": "ppo_mr", "mt": "mt_ppo"},
@@ -62,7 +63,7 @@ class RLConfig:
     max_turns: int = arg(4, "policy turns after which a running episode is cut")
     temperature: float = arg(1.0, "sampling temperature (the update scores tokens at the same temperature)")
     top_p: float = arg(1.0, "nucleus sampling mass")
-    engine: str = arg("transformers", "generation engine", choices=("transformers", "vllm", "openai"))
+    engine: str = arg("auto", "generation engine (auto: vllm where installed)", choices=("auto", *ENGINES))
     engine_url: str | None = arg(None, "for --engine openai: URL#MODEL of an OpenAI-compatible server")
     lr: float = arg(1e-5, "policy learning rate (001 uses 1e-6 on 3B; a 135M CPU run needs more)")
     critic_lr: float = arg(1e-4, "critic learning rate (own optimizer; 001 uses 10x the policy's)")
@@ -136,6 +137,8 @@ class RLConfig:
             parse_policy_mix(self.sft_policy)
         if self.kl_coef < 0 or self.entropy_coef < 0:
             raise InvalidArgument(f"--kl-coef={self.kl_coef} and --entropy-coef={self.entropy_coef} must be >= 0.")
+        if self.engine == "auto":  # vLLM takes no LoRA adapters
+            self.engine = "transformers" if self.lora_rank else default_engine()
         if self.engine == "openai":
             raise InvalidArgument(
                 "--engine openai cannot receive the trainer's weights after an update; train with "
@@ -233,7 +236,8 @@ def train(cfg: RLConfig) -> dict[str, float]:
     if cfg.engine == "vllm":
         engine_dir = str(run / "engine-weights")
         M.save_policy(policy, tok, engine_dir)
-    engine = make_engine(cfg.engine, model=policy, tokenizer=tok, model_dir=engine_dir, autocast_bf16=cfg.bf16)
+    engine = make_engine(cfg.engine, model=policy, tokenizer=tok, model_dir=engine_dir, autocast_bf16=cfg.bf16,
+                         max_model_len=cfg.max_context)  # fmt: skip
     rcfg = RolloutConfig(cfg.max_new_tokens, cfg.max_context, cfg.max_turns, cfg.temperature, cfg.top_p,
                          cfg.check_prefix)  # fmt: skip
     strategy, credit_cfg = get_strategy(cfg.strategy), cfg.credit_config()
@@ -322,6 +326,7 @@ def train(cfg: RLConfig) -> dict[str, float]:
                     torch.nn.utils.clip_grad_norm_(critic.parameters(), cfg.max_grad_norm)
                     critic_opt.step()
         engine.update_weights(policy)
+        push_s = getattr(engine, "last_push_seconds", None)
         update_s = time.perf_counter() - t_update
 
         # ---- (5) metrics, plot, checkpoint -----------------------------------------------------------------
@@ -331,6 +336,8 @@ def train(cfg: RLConfig) -> dict[str, float]:
         row["rollout/tokens_per_s"] = rstats.policy_tokens / max(rstats.seconds, 1e-9)
         row["perf/train_tokens_per_s"] = trained_tokens / max(update_s, 1e-9)
         row["perf/step_seconds"] = time.perf_counter() - t_step
+        if push_s is not None:
+            row["perf/weight_push_seconds"] = push_s
         append_jsonl(metrics_path, row)
         plot_rewards(read_jsonl(metrics_path), run / "rewards.png", f"{cfg.strategy} on {', '.join(cfg.env)}")
         bar.set_postfix(ret=f"{row['rollout/return']:.2f}", tok_s=f"{row['rollout/tokens_per_s']:.0f}")

@@ -140,7 +140,8 @@ def random_model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def test_local_model_path_plays_through_the_trainer_rollouts(tmp_path: Path, random_model_dir: str) -> None:
     row = run(tmp_path, "--env", "TurnRL/Arithmetic-v0", "--model", random_model_dir, "--episodes", "3", "--trials",
-              "2", "--max-new-tokens", "6", "--max-turns", "1", "--threads", "1", "--no-tables")  # fmt: skip
+              "2", "--max-new-tokens", "6", "--max-turns", "1", "--threads", "1", "--no-tables",
+              "--engine", "transformers")  # fmt: skip
     assert (row.engine, row.trials, row.max_new_tokens, row.temperature) == ("transformers", 2, 6, 0.0)
     assert 0 < row.policy_tokens <= 3 * 2 * 6
     assert row.metrics["success"]["estimate"] == 0.0  # random weights do not box the right integer

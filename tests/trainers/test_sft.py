@@ -32,14 +32,15 @@ def test_sft_cli_lowers_the_nll_saves_a_reloadable_policy_and_evaluates(tmp_path
     assert json.loads((out / "eval.json").read_text())["rollout/turns"] >= 1
     assert "env/exact_match" in result and "reward/tool" in result
     cfg = RLConfig(env=[ENV], init=str(out), steps=1, tasks_per_step=1, group_size=2, max_new_tokens=4,
-                   max_context=256, bf16=False, threads=1, kl_coef=0.0, out_dir=str(tmp_path / "rl"))  # fmt: skip
+                   max_context=256, bf16=False, threads=1, kl_coef=0.0, out_dir=str(tmp_path / "rl"),
+                   engine="transformers")  # fmt: skip
     assert train(cfg)["rollout/policy_tokens"] > 0
 
 
 def test_rl_folds_in_the_cold_start_and_anchors_the_reference_there(tmp_path, tiny_model_dir, capsys):
     cfg = RLConfig(env=[ENV], model=tiny_model_dir, sft_episodes=4, sft_lr=1e-2, steps=1, tasks_per_step=1,
                    group_size=2, max_new_tokens=4, max_context=256, bf16=False, threads=1, kl_coef=0.01,
-                   out_dir=str(tmp_path / "rl"))  # fmt: skip
+                   out_dir=str(tmp_path / "rl"), engine="transformers")  # fmt: skip
     last = train(cfg)
     assert "cold start: 4 scripted episodes" in capsys.readouterr().out
     assert (tmp_path / "rl" / "sft-policy" / "config.json").is_file()
