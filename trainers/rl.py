@@ -292,7 +292,8 @@ def train(cfg: RLConfig) -> dict[str, float]:
                     weight = len(pack.members) / len(mb)  # per-sequence mean over the whole minibatch
                     mask = pack.gather(credit.loss_masks)
                     with M.autocast(cfg.bf16):
-                        stats = M.pack_logprobs(policy, pack, temperature=cfg.temperature, entropy_mask=mask)
+                        stats = M.pack_logprobs(policy, pack, temperature=cfg.temperature, entropy_mask=mask,
+                                                positions=mask)  # fmt: skip
                     lp, ent = stats.logprobs, stats.entropy
                     loss, pstats = policy_loss(lp, pack.gather(old_lp), pack.gather(credit.advantages), mask,
                                                clip_eps=cfg.clip_eps, seq_ids=pack.seq_ids,
