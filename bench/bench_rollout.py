@@ -54,7 +54,8 @@ def run(engine: str, batch: int, new_tokens: int, bf16: bool, threads: int) -> d
     )
     if out.returncode:
         return {"engine": engine, "batch": batch, "bf16": bf16, "error": out.stderr.strip().splitlines()[-1][:200]}
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    # vLLM logs its shutdown to stdout after the child's result: take the result line itself
+    return json.loads(next(line for line in reversed(out.stdout.splitlines()) if line.startswith('{"engine"')))
 
 
 def main() -> None:
