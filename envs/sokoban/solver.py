@@ -1,8 +1,10 @@
-"""Breadth-first search for the shortest Sokoban solution (the oracle and the room filter).
+"""Breadth-first searches: the shortest Sokoban solution (the oracle and the room filter) and the shortest walk.
 
     >>> from envs.sokoban.rooms import parse_board
     >>> shortest_solution(parse_board(["######", "#PX_O#", "######"]))
     ['Right', 'Right']
+    >>> walk_distance(parse_board(["#######", "#P__XO#", "#######"]), (1, 1), (1, 3))
+    2
 
 The search state is (player position, box positions); moves use :func:`envs.sokoban.rooms.apply_move`, the same
 dynamics the env plays. A 6x6 room with one box has at most a few hundred states: a full search takes milliseconds.
@@ -45,4 +47,24 @@ def shortest_solution(board: Board, max_depth: int | None = None) -> list[str] |
                     path.append(step)
                 return path[::-1]
             frontier.append((nxt, depth + 1))
+    return None
+
+
+def walk_distance(board: Board, start: Pos, goal: Pos) -> int | None:
+    """The fewest steps the player needs to walk from ``start`` to ``goal`` with the boxes where they are on
+    ``board`` (walls, boxes and cells outside the grid block the way), or ``None`` when ``goal`` is unreachable."""
+    if start == goal:
+        return 0
+    seen = {start}
+    frontier: deque[tuple[Pos, int]] = deque([(start, 0)])
+    while frontier:
+        (r, c), dist = frontier.popleft()
+        for dr, dc in DIRECTIONS.values():
+            nxt = (r + dr, c + dc)
+            if nxt in seen or board.blocked(nxt) or nxt in board.boxes:
+                continue
+            if nxt == goal:
+                return dist + 1
+            seen.add(nxt)
+            frontier.append((nxt, dist + 1))
     return None

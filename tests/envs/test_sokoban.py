@@ -240,6 +240,75 @@ def test_metrics_success_and_effective_action_rate():
     assert ep["env/return"] == pytest.approx(0.5 - 0.3 + 0.5 + 1 + 10)
 
 
+# Fig. 7's effective action rate on hand-made rooms: (room, actions, effective actions, state-changing actions).
+# A long corridor: the player at column 1, the box at 4, the target at 6 (two pushes solve it).
+LONG = ["########", "#P__X_O#", "########"]
+ROUND = ["#######", "#O_XP_#", "#_____#", "#######"]  # the box between the player and the target
+# fmt: off
+EFFECTIVE = [
+    pytest.param(LONG, ["Right", "Right", "Right"], 3, 3, id="walk-walk-push"),
+    pytest.param(LONG, ["Right", "Left", "Right", "Right", "Right"], 3, 5, id="walk-back-walk-walk-push"),
+    pytest.param(LONG, ["Right", "Right"], 0, 2, id="walk-walk-no-push"),
+    pytest.param(LONG, ["Left", "Up", "Right", "Right", "Right"], 3, 3, id="noops-then-walk-walk-push"),
+    pytest.param(LONG, ["Right", "Right", "Right", "Left", "Right", "Right"], 4, 6, id="push-back-push-solves"),
+    pytest.param(LONG, ["Right", "Right", "Right", "Left"], 3, 4, id="walk-after-the-last-push"),
+    # a box against the wall: the push into it is a no-op, the walk to it contributes nothing
+    pytest.param(["#######", "#P_XO_#", "#_____#", "#######"], ["Down", "Right", "Right", "Up", "Up"], 0, 3,
+                 id="blocked-push"),
+    # around the box (down, left, left, up: the shortest walk to the far side) and push it back right: 5/5
+    pytest.param(ROUND, ["Down", "Left", "Left", "Up", "Right"], 5, 5,
+                 id="walk-around-the-box-push"),
+    # the same push after a longer way round (right, down, left x3, up): 4 + 1 of 7 actions
+    pytest.param(ROUND, ["Right", "Down", "Left", "Left", "Left", "Up", "Right"], 5, 7, id="long-way-round-push"),
+    pytest.param(ROUND, ["Left", "Left"], 2, 2, id="push-push-solves"),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize(("room", "actions", "effective", "changing"), EFFECTIVE)
+def test_effective_action_rate_counts_pushes_and_the_shortest_walks_to_them(room, actions, effective, changing):
+    env = make(max_actions_per_turn=len(actions), max_turns=2, min_solution_length=1)
+    env.reset(options={"task": {"room": room}})
+    _, _, terminated, _, info = env.step(turn(*actions))
+    if not terminated:
+        _, _, terminated, _, info = env.step("no answer")
+    ep = info["episode"]
+    assert ep["env/actions"] == len(actions)
+    assert ep["env/effective_actions"] == effective
+    assert ep["env/effective_action_rate"] == pytest.approx(effective / len(actions))
+    assert ep["env/state_changing_action_rate"] == pytest.approx(changing / len(actions))
+
+
+def test_effective_walks_span_turns_and_only_the_shortest_walk_counts():
+    env = make()  # 3 actions a turn: the walk to the push runs over two turns
+    env.reset(options={"task": {"room": LONG}})
+    env.step(turn("Right", "Left", "Right"))  # at column 2: 1 of these 3 steps is on the shortest walk
+    _, _, _, _, info = env.step(turn("Right", "Right", "Right"))  # walk, push, push (solved)
+    ep = info["episode"]
+    assert (ep["env/effective_actions"], ep["env/actions"], ep["env/success"]) == (4.0, 6.0, 1.0)
+
+
+def test_random_policy_effective_rate_sits_far_below_the_oracle():
+    env = make()
+    rates = {}
+    for name in ("bfs", "random"):
+        policy = get_scripted_policy(env, name)
+        logs = [run_episode(env, policy, seed=s) for s in range(40)]
+        rates[name] = np.mean([log.metrics["env/effective_action_rate"] for log in logs])
+        changing = np.mean([log.metrics["env/state_changing_action_rate"] for log in logs])
+        assert changing >= rates[name]
+    assert rates["bfs"] == 1.0
+    assert 0.05 < rates["random"] < 0.35  # v0 (any state change) gave the random policy ~0.6
+
+
+def test_walk_distance_goes_around_boxes_and_walls():
+    board = parse_board(["#######", "#O_XP_#", "#_____#", "#######"])
+    assert solver.walk_distance(board, (1, 4), (1, 2)) == 4
+    assert solver.walk_distance(board, (1, 4), (1, 4)) == 0
+    walled = parse_board(["#######", "#O#XP_#", "###___#", "#######"])
+    assert solver.walk_distance(walled, (1, 4), (1, 1)) is None
+
+
 def test_no_action_played_gives_zero_rate_and_budget_ends():
     env = make(max_turns=2)
     env.reset(options={"task": {"room": CORRIDOR}})
