@@ -65,6 +65,8 @@ class RLConfig:
     top_p: float = arg(1.0, "nucleus sampling mass")
     engine: str = arg("auto", "generation engine (auto: vllm where installed)", choices=("auto", *ENGINES))
     engine_url: str | None = arg(None, "for --engine openai: URL#MODEL of an OpenAI-compatible server")
+    engine_compile: bool = arg(False, "vLLM: compile the model (minutes of start-up on CPU) instead of eager mode")
+    engine_kv_cache_gib: int | None = arg(None, "vLLM: KV-cache size in GiB (default $VLLM_CPU_KVCACHE_SPACE, else 2)")
     lr: float = arg(1e-5, "policy learning rate (001 uses 1e-6 on 3B; a 135M CPU run needs more)")
     critic_lr: float = arg(1e-4, "critic learning rate (own optimizer; 001 uses 10x the policy's)")
     clip_eps: float = arg(0.2, "PPO clip epsilon")
@@ -148,6 +150,8 @@ class RLConfig:
             raise InvalidArgument(
                 "--engine vllm with --lora-rank is not supported; use --lora-rank 0 or --engine transformers."
             )
+        if self.engine_kv_cache_gib is not None and self.engine_kv_cache_gib < 1:
+            raise InvalidArgument(f"--engine-kv-cache-gib={self.engine_kv_cache_gib} must be a whole number >= 1.")
         if self.tree and self.branch_turns < 1:
             raise InvalidArgument(f"--branch-turns={self.branch_turns} must be >= 1 with --tree.")
         self.credit_config()  # validates gamma/lambda/turn_coef
@@ -237,7 +241,8 @@ def train(cfg: RLConfig) -> dict[str, float]:
         engine_dir = str(run / "engine-weights")
         M.save_policy(policy, tok, engine_dir)
     engine = make_engine(cfg.engine, model=policy, tokenizer=tok, model_dir=engine_dir, autocast_bf16=cfg.bf16,
-                         max_model_len=cfg.max_context)  # fmt: skip
+                         max_model_len=cfg.max_context, kv_cache_gib=cfg.engine_kv_cache_gib,
+                         compile_model=cfg.engine_compile)  # fmt: skip
     rcfg = RolloutConfig(cfg.max_new_tokens, cfg.max_context, cfg.max_turns, cfg.temperature, cfg.top_p,
                          cfg.check_prefix)  # fmt: skip
     strategy, credit_cfg = get_strategy(cfg.strategy), cfg.credit_config()

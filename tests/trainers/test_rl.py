@@ -129,6 +129,7 @@ def test_cli_sigkill_then_resume(tmp_path, tiny_model_dir):
         (["--env-weights", "1", "2"], "one weight per --env"),
         (["--max-context", "64", "--max-new-tokens", "96"], "--max-context=64"),
         (["--engine", "openai"], "cannot receive"),
+        (["--engine-kv-cache-gib", "0"], "--engine-kv-cache-gib=0"),
     ],
 )
 def test_config_errors_name_the_value_and_the_fix(argv, message, capsys):
@@ -141,3 +142,26 @@ def test_credit_flag_picks_the_family_strategy():
     cfg = parse_config(RLConfig, ["--algo", "grpo", "--credit", "mr"], prog="t", description="")
     assert cfg.strategy == "grpo_mr"
     assert parse_config(RLConfig, ["--credit", "or"], prog="t", description="").strategy == "ppo_or"
+
+
+@pytest.mark.slow
+def test_training_run_on_the_vllm_engine_pushes_weights_every_step(tmp_path, tokenizer):
+    """The default engine end to end in the RL loop: vLLM samples, the update runs, the weights reach vLLM."""
+    pytest.importorskip("vllm")
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)  # head size 64: vLLM's CPU attention does not take conftest's 8-wide heads
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256,
+                                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                                         max_position_embeddings=512, tie_word_embeddings=True))  # fmt: skip
+    model_dir = tmp_path / "model"
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    cfg = _cfg(tmp_path, str(model_dir), strategy="mt_ppo", kl_coef=0.01, engine="vllm", engine_kv_cache_gib=1)
+    train(cfg)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["perf/weight_push_seconds"] > 0 and r["rollout/policy_tokens"] > 0 for r in rows)
+    assert all(math.isfinite(v) for r in rows for v in r.values())
+    before, after = _weights(str(model_dir)), _weights(str(tmp_path / "run" / "checkpoint-000002" / "policy"))
+    assert any(not torch.equal(before[k], after[k]) for k in before), "no weight changed"
