@@ -147,7 +147,7 @@ FAMILIES: dict[str, Family] = {
         name="sokoban",
         title="Sokoban (MT-PPO, App. E)",
         paper="001_… Table 5: success rate and effective action rate",
-        env_ids=("TurnRL/Sokoban-v0",),
+        env_ids=("TurnRL/Sokoban-v1",),
         columns=(
             Column("success", "Success Rate", "env/success"),
             Column("effective_action_rate", "Effective Action Rate", "env/effective_action_rate"),

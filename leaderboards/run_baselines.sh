@@ -15,7 +15,7 @@ ev() {
 if [[ "$what" == scripted || "$what" == all ]]; then
   for p in reference direct; do ev --env TurnRL/WikiTwoTurn-v0 --model "scripted:$p" --episodes 128; done
   for p in oracle direct; do ev --env TurnRL/SearchR1-v0 --model "scripted:$p" --episodes 128; done
-  for p in bfs random; do ev --env TurnRL/Sokoban-v0 --model "scripted:$p" --episodes 128; done
+  for p in bfs random; do ev --env TurnRL/Sokoban-v1 --model "scripted:$p" --episodes 128; done
   for env in TauRetail-v0 TauAirline-v0; do
     for p in oracle no_tools; do ev --env "TurnRL/$env" --model "scripted:$p" --episodes 32; done
   done
@@ -29,7 +29,7 @@ fi
 if [[ "$what" == model || "$what" == all ]]; then
   m=(--model smollm2 --threads 1)
   ev --env TurnRL/WikiTwoTurn-v0 "${m[@]}" --batch-size 16 --episodes 16 --max-new-tokens 96
-  ev --env TurnRL/Sokoban-v0 "${m[@]}" --batch-size 16 --episodes 16 --max-new-tokens 64
+  ev --env TurnRL/Sokoban-v1 "${m[@]}" --batch-size 16 --episodes 16 --max-new-tokens 64
   ev --env TurnRL/Arithmetic-v0 "${m[@]}" --batch-size 16 --episodes 16 --max-new-tokens 96 --max-turns 1
   ev --env TurnRL/SearchR1-v0 "${m[@]}" --batch-size 16 --episodes 16 --max-new-tokens 64 --max-turns 2
   # τ-bench prompts are ~5k tokens (policy + tool schemas) and the engine re-reads the whole context every turn:

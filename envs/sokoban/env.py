@@ -1,9 +1,9 @@
-"""TurnRL/Sokoban-v0: push the box onto the target in at most 3 turns of up to 3 actions (MT-PPO extended, App. E).
+"""TurnRL/Sokoban-v1: push the box onto the target in at most 3 turns of up to 3 actions (MT-PPO extended, App. E).
 
 A worked episode on a posed room (a 1 x 3 corridor: player, box, floor, target)::
 
     >>> import gymnasium as gym, agentgym_turn
-    >>> env = gym.make("TurnRL/Sokoban-v0")
+    >>> env = gym.make("TurnRL/Sokoban-v1")
     >>> messages, info = env.reset(seed=0, options={"task": {"id": "corridor", "room": ["######", "#PX_O#", "######"]}})
     >>> _, reward, terminated, _, info = env.step("<think>the box is right of me</think><answer>Right</answer>")
     >>> round(reward, 2), terminated, info["reward_components"]
@@ -124,7 +124,7 @@ class SokobanEnv(TurnEnv):
     movement here (the box moved); the paper does not exclude it.
 
     ## Arguments
-    ``gym.make("TurnRL/Sokoban-v0", dim=(6, 6), num_boxes=1, max_actions_per_turn=3, max_turns=3,
+    ``gym.make("TurnRL/Sokoban-v1", dim=(6, 6), num_boxes=1, max_actions_per_turn=3, max_turns=3,
     min_solution_length=5, max_solution_length=None, num_gen_steps=None)``. ``max_solution_length=None`` means
     ``max_turns * max_actions_per_turn``; ``num_gen_steps=None`` means gym-sokoban's ``int(1.7 * (h + w))``.
     ``reset(options={"task": {"id": ..., "room": [row, ...]}})`` poses a specific room (the symbols above).

@@ -2,7 +2,7 @@
 
 >>> import gymnasium as gym, agentgym_turn
 >>> from agentgym_turn.policies import get_scripted_policy, run_episode
->>> env = gym.make("TurnRL/Sokoban-v0")
+>>> env = gym.make("TurnRL/Sokoban-v1")
 >>> run_episode(env, get_scripted_policy(env, "bfs"), seed=3).metrics["env/success"]
 1.0
 """

@@ -1,4 +1,4 @@
-"""TurnRL/Sokoban-v0: dynamics, parsing and reward tables (Appendix E), rooms, the BFS filter and oracle, fuzzing."""
+"""TurnRL/Sokoban-v1: dynamics, parsing and reward tables (Appendix E), rooms, the BFS filter and oracle, fuzzing."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from envs.sokoban.rooms import (
 from envs.sokoban.solver import shortest_solution
 
 gym.register_envs(agentgym_turn)
-ENV_ID = "TurnRL/Sokoban-v0"
+ENV_ID = "TurnRL/Sokoban-v1"
 CORRIDOR = ["######", "#PX_O#", "######"]  # Right, Right solves it
 
 

@@ -18,13 +18,13 @@ def run(tmp_path: Path, *args: str) -> E.ResultRow:
 
 
 def test_scripted_run_writes_a_row_the_readme_table_and_a_plot(tmp_path: Path) -> None:
-    row = run(tmp_path, "--env", "TurnRL/Sokoban-v0", "--model", "scripted:bfs", "--episodes", "4", "--seed", "3")
-    line = json.loads((tmp_path / "results" / "Sokoban-v0.jsonl").read_text().strip())
+    row = run(tmp_path, "--env", "TurnRL/Sokoban-v1", "--model", "scripted:bfs", "--episodes", "4", "--seed", "3")
+    line = json.loads((tmp_path / "results" / "Sokoban-v1.jsonl").read_text().strip())
     for key in ("env_id", "env_version", "model", "engine", "seed", "git_sha", "date", "episodes", "metrics"):
         assert key in line
     assert (line["env_id"], line["env_version"], line["engine"], line["seed"]) == (
-        "TurnRL/Sokoban-v0",
-        0,
+        "TurnRL/Sokoban-v1",
+        1,
         "scripted",
         3,
     )
@@ -34,7 +34,7 @@ def test_scripted_run_writes_a_row_the_readme_table_and_a_plot(tmp_path: Path) -
     assert BEGIN in readme and END in readme
     assert "| `scripted:bfs` | scripted | 1.000 [1.000, 1.000]" in readme
     assert "**reported** (001 Table 5)" in readme
-    assert (tmp_path / "plots" / "Sokoban-v0.png").stat().st_size > 1000
+    assert (tmp_path / "plots" / "Sokoban-v1.png").stat().st_size > 1000
 
 
 def test_same_config_replaces_its_table_row_and_keeps_the_header(tmp_path: Path) -> None:
@@ -69,12 +69,12 @@ def test_task_draw_matches_the_trainer_rollouts() -> None:
     ("args", "match"),
     [
         (["--env", "TurnRL/WikiTwoTurn-v1", "--model", "scripted:reference"], "Did you mean 'TurnRL/WikiTwoTurn-v0'"),
-        (["--env", "TurnRL/Sokoban-v0"], "--model is required"),
-        (["--env", "TurnRL/Sokoban-v0", "--model", "http://127.0.0.1:8000/v1"], "URL#MODEL"),
-        (["--env", "TurnRL/Sokoban-v0", "--model", "scripted:bfs", "--episodes", "0"], "--episodes 0 must be >= 1"),
-        (["--env", "TurnRL/Sokoban-v0", "--model", "scripted:bfs", "--env-kwarg", "dim"], "key=value"),
-        (["--env", "TurnRL/Sokoban-v0", "--model", "scripted:nope"], "no scripted policy 'nope'"),
-        (["--env", "TurnRL/Sokoban-v0", "--model", "scripted:bfs", "--temperature", "-1"], "--temperature"),
+        (["--env", "TurnRL/Sokoban-v1"], "--model is required"),
+        (["--env", "TurnRL/Sokoban-v1", "--model", "http://127.0.0.1:8000/v1"], "URL#MODEL"),
+        (["--env", "TurnRL/Sokoban-v1", "--model", "scripted:bfs", "--episodes", "0"], "--episodes 0 must be >= 1"),
+        (["--env", "TurnRL/Sokoban-v1", "--model", "scripted:bfs", "--env-kwarg", "dim"], "key=value"),
+        (["--env", "TurnRL/Sokoban-v1", "--model", "scripted:nope"], "no scripted policy 'nope'"),
+        (["--env", "TurnRL/Sokoban-v1", "--model", "scripted:bfs", "--temperature", "-1"], "--temperature"),
     ],
 )
 def test_bad_arguments_raise_invalid_argument(tmp_path: Path, args: list[str], match: str) -> None:
