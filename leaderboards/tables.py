@@ -5,6 +5,10 @@ Layout (``<root>`` is the parent of the results folder): ``<root>/results/<Name-
 everything else is kept), ``<root>/plots/<Name-vN>.png``.
 A row whose configuration (model, engine, env kwargs, tasks, trials, seed, sampling, budgets) repeats an earlier
 one replaces it in the tables: re-running a baseline updates its row instead of adding a duplicate.
+An env's table shows the runs of every version of the env (the ``Env`` column names the version each row ran on),
+except that a model's runs on an older version are left out once that model has a run on a newer one: scripted
+baselines are re-run on each new version, while slow model rows that were not re-run stay, marked with their
+version (see :func:`table_rows`).
 """
 
 from __future__ import annotations
@@ -96,6 +100,23 @@ def read_rows(results_dir: Path) -> list[ResultRow]:
     return rows
 
 
+def env_name(env_id: str) -> str:
+    """The env across its versions: ``TurnRL/Name-vN`` -> ``TurnRL/Name``."""
+    return env_id.rsplit("-v", 1)[0]
+
+
+def table_rows(rows: Sequence[ResultRow], env_ids: Sequence[str]) -> list[ResultRow]:
+    """The rows of the table that shows ``env_ids``: runs of those envs at any version, keeping for each (env,
+    model, engine) only the runs of the newest version that model was run on."""
+    names = {env_name(i) for i in env_ids}
+    mine = [r for r in rows if env_name(r.env_id) in names]
+    newest: dict[tuple[str, str, str], int] = {}
+    for r in mine:
+        key = (env_name(r.env_id), r.model, r.engine)
+        newest[key] = max(newest.get(key, r.env_version), r.env_version)
+    return [r for r in mine if r.env_version == newest[(env_name(r.env_id), r.model, r.engine)]]
+
+
 def latest_per_config(rows: Sequence[ResultRow]) -> list[ResultRow]:
     """Rows with repeated configurations collapsed to the latest, in order of first appearance."""
     latest: dict[str, ResultRow] = {}
@@ -136,18 +157,23 @@ def _setup(row: ResultRow) -> str:
 
 def env_table(family: Family, env_id: str, rows: Sequence[ResultRow]) -> str:
     """The markdown table of ``env_id``: our runs (value [95% CI]), then the paper's reported rows."""
-    header = ["Model", "Engine", *family.group_by, *(c.label for c in family.columns), "Setup", "Source"]
+    header = ["Model", "Engine", "Env", *family.group_by, *(c.label for c in family.columns), "Setup", "Source"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    current = int(env_id.rsplit("-v", 1)[1])
     for row in rows:
         groups = [family.group_value(g, row.env_id, row.env_kwargs) for g in family.group_by]
         cells = [_cell(row.metrics.get(c.key), c.scale) for c in family.columns]
+        version = f"v{row.env_version}" + (" (older)" if env_name(row.env_id) == env_name(env_id) and
+                                           row.env_version < current else "")  # fmt: skip
         source = f"ours, {row.date[:10]}, `{row.git_sha[:7]}`, {row.seconds:.0f} s"
-        lines.append("| " + " | ".join([f"`{row.model}`", row.engine, *groups, *cells, _setup(row), source]) + " |")
+        lines.append(
+            "| " + " | ".join([f"`{row.model}`", row.engine, version, *groups, *cells, _setup(row), source]) + " |"
+        )
     for rep in reported_rows(family.name, env_id):
         groups = [(rep.group or {}).get(g, "") for g in family.group_by]
         cells = [_reported_cell(rep.values.get(c.key), c.scale) for c in family.columns]
         lines.append(
-            "| " + " | ".join([rep.model, "—", *groups, *cells, rep.setup, f"**reported** ({rep.source})"]) + " |"
+            "| " + " | ".join([rep.model, "—", "—", *groups, *cells, rep.setup, f"**reported** ({rep.source})"]) + " |"
         )
     return "\n".join(lines)
 
@@ -164,7 +190,7 @@ def render_sections(results_dir: Path, env_ids: Sequence[str], plots_rel: str = 
         if family.notes:
             out += [family.notes, ""]
         for env_id in ids:
-            mine = [r for r in rows if r.env_id in (env_id, *family.also_show.get(env_id, ()))]
+            mine = table_rows(rows, (env_id, *family.also_show.get(env_id, ())))
             out += [f"### `{env_id}`", "", env_table(family, env_id, mine), ""]
             if mine:
                 name = env_id.split("/")[-1]
@@ -199,7 +225,7 @@ def plot_env(family: Family, env_id: str, rows: Sequence[ResultRow], path: Path)
         if "dataset" not in (r.group or {}) or r.group["dataset"] == "Avg."
     ]
     labels = [
-        f"{r.model} ({r.engine})"
+        f"{r.model} ({r.engine}, v{r.env_version})"
         + "".join(f" [{family.group_value(g, r.env_id, r.env_kwargs)}]" for g in family.group_by)
         for r in rows
     ]
@@ -243,9 +269,10 @@ def regenerate(results_dir: Path, env_ids: Sequence[str], changed: str | None = 
     for family in FAMILIES.values():
         for env_id in family.env_ids:
             shown = (env_id, *family.also_show.get(env_id, ()))
-            mine = [r for r in rows if r.env_id in shown]
+            mine = table_rows(rows, shown)
             path = root / "plots" / f"{env_id.split('/')[-1]}.png"
-            if env_id in env_ids and mine and (changed is None or changed in shown or not path.exists()):
+            touched = changed is None or env_name(changed) in {env_name(i) for i in shown}
+            if env_id in env_ids and mine and (touched or not path.exists()):
                 plot_env(family, env_id, mine, path)
     update_readme(root / "README.md", render_sections(results_dir, env_ids))
 

@@ -10,7 +10,10 @@ import pytest
 
 from agentgym_turn.error import InvalidArgument
 from leaderboards import evaluate as E
+from leaderboards.families import FAMILIES
 from leaderboards.tables import BEGIN, END, read_rows
+
+SPEECH_ID = FAMILIES["speech"].env_ids[0]
 
 
 def run(tmp_path: Path, *args: str) -> E.ResultRow:
@@ -32,7 +35,7 @@ def test_scripted_run_writes_a_row_the_readme_table_and_a_plot(tmp_path: Path) -
     assert set(row.metrics["success"]) >= {"low", "high", "confidence"}
     readme = (tmp_path / "README.md").read_text()
     assert BEGIN in readme and END in readme
-    assert "| `scripted:bfs` | scripted | 1.000 [1.000, 1.000]" in readme
+    assert "| `scripted:bfs` | scripted | v1 | 1.000 [1.000, 1.000]" in readme
     assert "**reported** (001 Table 5)" in readme
     assert (tmp_path / "plots" / "Sokoban-v1.png").stat().st_size > 1000
 
@@ -93,17 +96,38 @@ def test_speech_table_shows_text_runs_as_eval_mode_text(tmp_path: Path) -> None:
 
     def row(env_id: str) -> ResultRow:
         metric = {"estimate": 0.5, "low": 0.25, "high": 0.75, "confidence": 0.95, "n_tasks": 4, "sd": None}
-        return ResultRow(env_id, 0, {"split": "test"}, "tau", "scripted:oracle", "scripted", 0, "abc1234", "2026-01-01",
-                         4, 1, 0.0, 0, 0, {"pass^1": metric}, 1.0)  # fmt: skip
+        version = int(env_id.rsplit("-v", 1)[1])
+        return ResultRow(env_id, version, {"split": "test"}, "tau", "scripted:oracle", "scripted", 0, "abc1234",
+                         "2026-01-01", 4, 1, 0.0, 0, 0, {"pass^1": metric}, 1.0)  # fmt: skip
+
+    text_id, speech_id = FAMILIES["speech"].also_show[SPEECH_ID][0], SPEECH_ID
+    results = tmp_path / "results"
+    append_row(results, row(text_id))
+    append_row(results, row(speech_id))
+    text = render_sections(results, [text_id, speech_id])
+    speech = text.split(f"### `{speech_id}`", 1)[1]
+    v_text, v_speech = text_id.rsplit("-", 1)[1], speech_id.rsplit("-", 1)[1]
+    assert f"| `scripted:oracle` | scripted | {v_text} | text | 50.0 [25.0, 75.0]" in speech
+    assert f"| `scripted:oracle` | scripted | {v_speech} | speech | 50.0 [25.0, 75.0]" in speech
+    assert "| Qwen2.5-Omni-7B | — | — | speech | 14.8 | 8.7 | 5.2 | 5.2 | — |" in speech
+
+
+def test_tables_keep_older_version_rows_of_models_not_rerun_and_mark_them(tmp_path: Path) -> None:
+    from leaderboards.tables import ResultRow, append_row, render_sections
+
+    def row(version: int, model: str, estimate: float) -> ResultRow:
+        metric = {"estimate": estimate, "low": estimate, "high": estimate, "confidence": 0.95, "n_tasks": 4, "sd": None}
+        return ResultRow(f"TurnRL/Sokoban-v{version}", version, {}, "sokoban", model, "scripted", 0, "abc1234",
+                         "2026-01-01", 4, 1, 0.0, 0, 0, {"success": metric}, 1.0)  # fmt: skip
 
     results = tmp_path / "results"
-    append_row(results, row("TurnRL/TauRetail-v0"))
-    append_row(results, row("TurnRL/TauRetailSpeech-v0"))
-    text = render_sections(results, ["TurnRL/TauRetail-v0", "TurnRL/TauRetailSpeech-v0"])
-    speech = text.split("### `TurnRL/TauRetailSpeech-v0`", 1)[1]
-    assert "| `scripted:oracle` | scripted | text | 50.0 [25.0, 75.0]" in speech
-    assert "| `scripted:oracle` | scripted | speech | 50.0 [25.0, 75.0]" in speech
-    assert "| Qwen2.5-Omni-7B | — | speech | 14.8 | 8.7 | 5.2 | 5.2 | — |" in speech
+    append_row(results, row(0, "scripted:bfs", 0.25))  # re-run on v1 below: left out
+    append_row(results, row(0, "smollm2", 0.125))  # not re-run: kept, marked as older
+    append_row(results, row(1, "scripted:bfs", 0.75))
+    text = render_sections(results, ["TurnRL/Sokoban-v1"])
+    assert "| `scripted:bfs` | scripted | v1 | 0.750 [0.750, 0.750]" in text
+    assert "| `smollm2` | scripted | v0 (older) | 0.125 [0.125, 0.125]" in text
+    assert "0.250" not in text
 
 
 def test_show_prints_the_scripted_conversation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -154,5 +178,5 @@ def test_tables_cli_redraws_from_rows_alone(tmp_path: Path) -> None:
     run(tmp_path, "--env", "TurnRL/Arithmetic-v0", "--model", "scripted:oracle", "--episodes", "2", "--no-tables")
     assert not (tmp_path / "README.md").exists()
     tables.main(["--results-dir", str(tmp_path / "results")])
-    assert "| `scripted:oracle` | scripted | 1.000 [1.000, 1.000]" in (tmp_path / "README.md").read_text()
+    assert "| `scripted:oracle` | scripted | v0 | 1.000 [1.000, 1.000]" in (tmp_path / "README.md").read_text()
     assert (tmp_path / "plots" / "Arithmetic-v0.png").is_file()
