@@ -5,8 +5,8 @@ Measures, in one run on this machine, per voice (piper, espeak) and channel (cle
   * synthesis real-time factor (synthesis seconds / audio seconds; < 1 is faster than real time), memo off;
   * recognition real-time factor of Whisper tiny.en (int8, 2 threads) on that audio;
   * id recall: the share of the ids, zip codes, order numbers and emails in the text that come back exactly after
-    TTS -> ASR -> :func:`from_spoken`, on the customers' opening messages of the first ``--tasks`` retail and
-    airline tasks and on a small table of hard sentences (names inside ids), plus a "raw" row where the
+    TTS -> ASR -> :func:`from_spoken`, on the customers' answers to identity questions in the first ``--tasks`` retail
+    and airline tasks and on a small table of hard sentences (names inside ids), plus a "raw" row where the
     customer's text is synthesised without the spoken form; and the share of messages whose every id is heard
     (a text-only agent behind the ASR cascade can act on those without asking again: the perception side of the
     text-vs-speech gap).
@@ -57,7 +57,7 @@ class Row:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--tasks", type=int, default=8, help="opening messages per domain (retail, airline)")
+    parser.add_argument("--tasks", type=int, default=8, help="customer answers per domain (retail, airline)")
     args = parser.parse_args()
 
     from envs.speech.asr import load_recognizer
@@ -80,9 +80,11 @@ def main() -> None:
     for domain in ("retail", "airline"):
         data = load_domain(domain)
         for task in data.split_tasks("test")[: args.tasks]:
-            texts.append(ScriptedUser().start(task))
+            user = ScriptedUser()  # it gives its ids only when asked: its answer to every identity question
+            user.start(task)
+            texts.append(user.reply("What is your name, zip code, email, user id, order id and reservation id?"))
     n_ids = sum(len(ids_in(t)) for t in texts)
-    print(f"{len(texts)} texts ({len(HARD)} hard sentences + {len(texts) - len(HARD)} opening messages), {n_ids} ids")
+    print(f"{len(texts)} texts ({len(HARD)} hard sentences + {len(texts) - len(HARD)} customer answers), {n_ids} ids")
 
     rows = []
     for vname, voice in voices.items():

@@ -37,12 +37,13 @@ def test_user_turns_are_audio_and_tools_stay_text(speech_env):
     assert audio.dtype == np.float32 and audio.ndim == 1 and np.isfinite(audio).all() and np.abs(audio).max() > 0.05
     turn = speech_env.spoken_turns[0]
     assert turn.text.startswith("Hi.") and turn.spoken == to_spoken(turn.text) and turn.audio is audio
-    assert "one, nine, one, two, two" in turn.spoken  # the zip code 19122, digit by digit
+    speech_env.step("What is your zip code?")  # the scripted customer gives facts only when asked
+    assert "one, nine, one, two, two" in speech_env.spoken_turns[1].spoken  # the zip code 19122, digit by digit
     messages, reward, terminated, _, _ = speech_env.step(LOOKUP.format(zip="19122"))
     assert messages == [{"role": "tool", "name": "find_user_id_by_name_zip", "content": "yusuf_rossi_9620"}]
     assert reward == 0.0 and not terminated
     messages, _, terminated, _, _ = speech_env.step("Could you tell me more?")
-    assert not terminated and messages[0]["content"][0]["type"] == "audio" and len(speech_env.spoken_turns) == 2
+    assert not terminated and messages[0]["content"][0]["type"] == "audio" and len(speech_env.spoken_turns) == 3
 
 
 def test_same_seed_same_audio_and_fork(speech_env):
@@ -75,12 +76,14 @@ def test_bad_voice_is_rejected():
 
 
 def _lookup_policy(seen):
-    """A text policy that acts on what it heard: looks the caller up by the zip code in their first message."""
+    """A text policy that acts on what it heard: asks for the caller's zip code, then looks them up by it."""
     import re
 
-    first_user = next(m["content"] for m in seen if m["role"] == "user")
-    if len(seen) == 2:
-        zips = re.findall(r"\b\d{5}\b", first_user)
+    users = [m["content"] for m in seen if m["role"] == "user"]
+    if len(users) == 1:
+        return "Could you tell me your name, zip code and order id?"
+    if len(users) == 2 and seen[-1]["role"] == "user":
+        zips = re.findall(r"\b\d{5}\b", users[-1])
         return LOOKUP.format(zip=zips[-1] if zips else "none")
     return "Thank you, goodbye."
 
@@ -89,8 +92,10 @@ def test_cascade_end_to_end_with_the_scripted_user(recognizer):
     env = ASRCascade(TauSpeechEnv("retail", voice="piper"), recognizer=recognizer)
     messages, _ = env.reset(seed=0, options={"task": {"id": "0"}})
     assert isinstance(messages[1]["content"], str) and env.transcripts == [messages[1]["content"]]
-    assert "#W2378156" in messages[1]["content"] and "19122" in messages[1]["content"]  # ids heard exactly
-    messages, _, _, _, _ = env.step(_lookup_policy([*messages]))
+    seen = [*messages, {"role": "assistant", "content": _lookup_policy(messages)}]
+    messages, _, _, _, _ = env.step(seen[-1]["content"])
+    assert "#W2378156" in messages[0]["content"] and "19122" in messages[0]["content"]  # ids heard exactly
+    messages, _, _, _, _ = env.step(_lookup_policy([*seen, *messages]))
     assert messages[0]["content"] == "yusuf_rossi_9620"  # the id the agent heard found the customer
     built_in = TauSpeechEnv("retail", asr_cascade=True)  # the same cascade inside the env, for CLIs
     built_in_messages, _ = built_in.reset(seed=0, options={"task": {"id": "0"}})
