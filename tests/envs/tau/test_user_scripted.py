@@ -50,6 +50,14 @@ FACT_QUESTIONS = [
     "How many bags?",
     "Who are the passengers?",
 ]
+IDENTITY_QUESTIONS = [
+    ("name", "What is your name?"),
+    ("zip", "What is your zip code?"),
+    ("email", "What is your email?"),
+    ("user_id", "What is your user id?"),
+    ("order_id", "What is the order id?"),
+    ("reservation_id", "What is the reservation id?"),
+]
 SMALL_TALK = ["How can I help you today?", "Could you tell me a bit more?", "How are you doing today?"]
 
 
@@ -117,9 +125,7 @@ def test_facts_appear_only_after_being_asked(domain: str, task: dict[str, Any]) 
     user = ScriptedUser(patience=100)
     unasked = [user.start(task)] + [user.reply(q) for q in SMALL_TALK]
     assert not [v for v in values if any(v in m for m in unasked)]
-    for kind, question in (("name", "What is your name?"), ("zip", "What is your zip code?"),
-                           ("email", "What is your email?"), ("user_id", "What is your user id?"),
-                           ("order_id", "What is the order id?"), ("reservation_id", "What is the reservation id?")):  # fmt: skip
+    for kind, question in IDENTITY_QUESTIONS:
         answer = user.reply(question)
         if kind in facts:
             assert facts[kind] in answer
