@@ -107,7 +107,9 @@ def _sokoban(model: str, success: float, ear: float) -> ReportedRow:
     )
 
 
-def _tau(env_id: str, model: str, passes: tuple[float, float, float, float], source: str) -> ReportedRow:
+def _tau(
+    env_id: str, model: str, passes: tuple[float, float, float, float], source: str, *, output_check: bool = False
+) -> ReportedRow:
     domain = "retail" if "Retail" in env_id else "airline"
     return ReportedRow(
         "tau",
@@ -116,7 +118,19 @@ def _tau(env_id: str, model: str, passes: tuple[float, float, float, float], sou
         f"τ-bench {domain} test, LLM user, ≤30 turns",
         source,
         {"pass^1": passes[0], "pass^2": passes[1], "pass^3": passes[2], "pass^4": passes[3], "success": None},
+        {"output_check": "on" if output_check else "off"},
     )
+
+
+Passes = tuple[float, float, float, float]
+
+
+def _tau_checked(model: str, retail: Passes, airline: Passes | None, source: str) -> list[ReportedRow]:
+    """Rows of 003 Tables 6–7 (with the output check): retail, and airline when the table has it."""
+    rows = [_tau(_RETAIL, model, retail, source, output_check=True)]
+    if airline is not None:
+        rows.append(_tau(_AIRLINE, model, airline, source, output_check=True))
+    return rows
 
 
 def _speech(mode: str, model: str, passes: tuple[float, float, float, float]) -> ReportedRow:
@@ -160,6 +174,16 @@ REPORTED: list[ReportedRow] = [
     _tau(_AIRLINE, "Qwen3-8B + GRPO (n=4)", (28, 14, 8, 4), "003 Table 1"),
     _tau(_AIRLINE, "Qwen3-8B + RLOO (n=4)", (36, 20, 16, 12), "003 Table 1"),
     _tau(_AIRLINE, "Qwen3-8B + PPO (n=4)", (32, 22, 14, 12), "003 Table 1"),
+    *_tau_checked("GPT-4.1", (58.3, 53.0, 49.6, 46.1), (48, 34, 26, 24), "003 Table 6"),
+    *_tau_checked("xLAM-2-8B", (41.7, 30.4, 25.2, 22.6), (32, 24, 18, 16), "003 Table 6"),
+    *_tau_checked("Qwen3-8B", (40.0, 27.8, 22.6, 18.3), (30, 20, 18, 18), "003 Table 6"),
+    *_tau_checked("Qwen3-8B + GRPO (n=4)", (47.0, 35.7, 27.8, 24.3), (28, 12, 6, 2), "003 Table 6"),
+    *_tau_checked("Qwen3-8B + RLOO (n=4)", (44.3, 29.6, 26.1, 21.7), (34, 18, 14, 10), "003 Table 6"),
+    *_tau_checked("Qwen3-8B + PPO (n=4)", (47.0, 33.9, 28.7, 22.6), (30, 20, 12, 10), "003 Table 6"),
+    *_tau_checked("Qwen3-8B + PPO (n=1)", (47.0, 26.1, 18.3, 15.7), (30, 16, 8, 6), "003 Table 6"),
+    *_tau_checked("Qwen3-8B + GRPO + Turn-Level Reward", (52.2, 39.1, 29.6, 26.1), None, "003 Table 7"),
+    *_tau_checked("Qwen3-8B + GRPO + Math + Turn-Level Reward", (53.9, 40.0, 34.8, 30.4), None, "003 Table 7"),
+    *_tau_checked("Qwen3-8B + PPO + Math + Turn-Level Reward", (52.2, 39.1, 34.8, 30.4), None, "003 Table 7"),
     _speech("text", "Qwen2.5-Omni-7B", (7.8, 7.8, 7.8, 7.8)),
     _speech("speech", "Qwen2.5-Omni-7B", (14.8, 8.7, 5.2, 5.2)),
     _speech("text", "Qwen2.5-Omni-7B + GRPO + Math (S & T)", (31.3, 20.9, 12.2, 12.2)),

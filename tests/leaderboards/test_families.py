@@ -127,3 +127,16 @@ def test_registry_covers_every_registered_env_and_reported_rows_name_real_column
         assert set(row.values) <= {c.key for c in fam.columns}, row
         assert row.env_id is None or row.env_id in fam.env_ids
         assert set(row.group or {}) <= set(fam.group_by)
+
+
+def test_tau_rows_name_their_protocol_and_both_are_reported() -> None:
+    fam = FAMILIES["tau"]
+    retail = fam.env_ids[0]
+    assert fam.group_by == ("output_check",)
+    assert fam.group_value("output_check", retail, {"split": "test"}) == "off"  # older rows: the family default
+    assert fam.group_value("output_check", retail, {"output_check": True}) == "on"
+    protocols = {r.group["output_check"] for r in REPORTED if r.family == "tau" and r.group}
+    assert protocols == {"on", "off"}
+    qwen_on = [r for r in REPORTED if r.model == "Qwen3-8B" and r.group == {"output_check": "on"}]
+    assert {r.source for r in qwen_on} == {"003 Table 6"} and len(qwen_on) == 2  # retail and airline
+    assert "35 %" in fam.notes and "32 %" in fam.notes  # the do-nothing floor beside the table
