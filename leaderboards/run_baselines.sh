@@ -16,8 +16,12 @@ if [[ "$what" == scripted || "$what" == all ]]; then
   for p in reference direct; do ev --env TurnRL/WikiTwoTurn-v0 --model "scripted:$p" --episodes 128; done
   for p in oracle direct; do ev --env TurnRL/SearchR1-v0 --model "scripted:$p" --episodes 128; done
   for p in bfs random; do ev --env TurnRL/Sokoban-v1 --model "scripted:$p" --episodes 128; done
+  # τ-bench under both protocols: without the output check (TARL's, the family default) and with it (003 App. D)
   for env in TauRetail-v0 TauAirline-v0; do
-    for p in oracle no_tools; do ev --env "TurnRL/$env" --model "scripted:$p" --episodes 32; done
+    for p in oracle no_tools; do
+      ev --env "TurnRL/$env" --model "scripted:$p" --episodes 32
+      ev --env "TurnRL/$env" --model "scripted:$p" --episodes 32 --env-kwarg output_check=true
+    done
   done
   for p in oracle wrong; do ev --env TurnRL/Arithmetic-v0 --model "scripted:$p" --episodes 128; done
   # speech: every customer turn is synthesised (piper), so 8 tasks; the text twins on the same 8 tasks pair with them
