@@ -21,10 +21,10 @@ ENV_SPECS: dict[str, tuple[str, dict[str, Any]]] = {
     "TurnRL/WikiTwoTurn-v0": ("envs.wiki_two_turn.env:WikiTwoTurnEnv", {}),
     "TurnRL/SearchR1-v0": ("envs.search_r1.env:SearchR1Env", {}),
     "TurnRL/Sokoban-v1": ("envs.sokoban.env:SokobanEnv", {}),
-    "TurnRL/TauRetail-v0": ("envs.tau.env:TauEnv", {"domain": "retail"}),
-    "TurnRL/TauAirline-v0": ("envs.tau.env:TauEnv", {"domain": "airline"}),
-    "TurnRL/TauRetailSpeech-v0": ("envs.speech.env:TauSpeechEnv", {"domain": "retail"}),
-    "TurnRL/TauAirlineSpeech-v0": ("envs.speech.env:TauSpeechEnv", {"domain": "airline"}),
+    "TurnRL/TauRetail-v1": ("envs.tau.env:TauEnv", {"domain": "retail"}),
+    "TurnRL/TauAirline-v1": ("envs.tau.env:TauEnv", {"domain": "airline"}),
+    "TurnRL/TauRetailSpeech-v1": ("envs.speech.env:TauSpeechEnv", {"domain": "retail"}),
+    "TurnRL/TauAirlineSpeech-v1": ("envs.speech.env:TauSpeechEnv", {"domain": "airline"}),
     "TurnRL/Arithmetic-v0": ("envs.arithmetic:ArithmeticEnv", {}),
 }
 

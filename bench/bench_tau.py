@@ -1,4 +1,4 @@
-"""Benchmark of TurnRL/TauRetail-v0 and TurnRL/TauAirline-v0 (run: ``python bench/bench_tau.py``).
+"""Benchmark of TurnRL/TauRetail-v1 and TurnRL/TauAirline-v1 (run: ``python bench/bench_tau.py``).
 
 Measures, in one run on this machine (medians over repeats; the machine is shared, so compare the ratios):
   * step latency: a read tool call, a write tool call (one transaction), a reply answered by the scripted user;

@@ -2,7 +2,7 @@
 
     python -m leaderboards.evaluate --env TurnRL/WikiTwoTurn-v0 --model scripted:reference --episodes 64 --seed 0
     python -m leaderboards.evaluate --env TurnRL/WikiTwoTurn-v0 --model smollm2 --episodes 32 --max-new-tokens 96
-    python -m leaderboards.evaluate --env TurnRL/TauRetail-v0 --model http://127.0.0.1:8000/v1#Qwen/Qwen3-8B
+    python -m leaderboards.evaluate --env TurnRL/TauRetail-v1 --model http://127.0.0.1:8000/v1#Qwen/Qwen3-8B
     python -m leaderboards.evaluate --env TurnRL/SearchR1-v0 --model /path/to/checkpoint --env-kwarg dataset=nq
 
 ``--model`` is ``scripted:NAME`` (one of the env's scripted policies), ``smollm2`` (the bundled

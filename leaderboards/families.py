@@ -165,7 +165,7 @@ FAMILIES: dict[str, Family] = {
         name="tau",
         title="τ-bench (TARL)",
         paper="003_… Tables 1–2 (without the output check) and Tables 6–7 (with it): pass^1..pass^4 in %",
-        env_ids=("TurnRL/TauRetail-v0", "TurnRL/TauAirline-v0"),
+        env_ids=("TurnRL/TauRetail-v1", "TurnRL/TauAirline-v1"),
         columns=_pass_columns(100.0),
         trials=4,
         temperature=1.0,
@@ -195,7 +195,7 @@ FAMILIES: dict[str, Family] = {
         name="speech",
         title="τ-bench with a speaking user (TARL)",
         paper="003_… Table 3: pass^1..pass^4 in %, speech vs text evaluation",
-        env_ids=("TurnRL/TauRetailSpeech-v0", "TurnRL/TauAirlineSpeech-v0"),
+        env_ids=("TurnRL/TauRetailSpeech-v1", "TurnRL/TauAirlineSpeech-v1"),
         columns=_pass_columns(100.0),
         trials=4,
         temperature=1.0,
@@ -205,15 +205,15 @@ FAMILIES: dict[str, Family] = {
         group_by=("eval mode",),
         env_groups={
             "eval mode": {
-                "TurnRL/TauRetailSpeech-v0": "speech",
-                "TurnRL/TauAirlineSpeech-v0": "speech",
-                "TurnRL/TauRetail-v0": "text",
-                "TurnRL/TauAirline-v0": "text",
+                "TurnRL/TauRetailSpeech-v1": "speech",
+                "TurnRL/TauAirlineSpeech-v1": "speech",
+                "TurnRL/TauRetail-v1": "text",
+                "TurnRL/TauAirline-v1": "text",
             }
         },
         also_show={
-            "TurnRL/TauRetailSpeech-v0": ("TurnRL/TauRetail-v0",),
-            "TurnRL/TauAirlineSpeech-v0": ("TurnRL/TauAirline-v0",),
+            "TurnRL/TauRetailSpeech-v1": ("TurnRL/TauRetail-v1",),
+            "TurnRL/TauAirlineSpeech-v1": ("TurnRL/TauAirline-v1",),
         },
         notes="Reported rows: Qwen2.5-Omni-7B on τ-bench retail (speech mode skips the authentication step), "
         "trained with speech-and-text (S & T) or text-only rollouts. Ours: the same policy on the speech env and on "

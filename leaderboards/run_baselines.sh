@@ -17,7 +17,7 @@ if [[ "$what" == scripted || "$what" == all ]]; then
   for p in oracle direct; do ev --env TurnRL/SearchR1-v0 --model "scripted:$p" --episodes 128; done
   for p in bfs random; do ev --env TurnRL/Sokoban-v1 --model "scripted:$p" --episodes 128; done
   # τ-bench under both protocols: without the output check (TARL's, the family default) and with it (003 App. D)
-  for env in TauRetail-v0 TauAirline-v0; do
+  for env in TauRetail-v1 TauAirline-v1; do
     for p in oracle no_tools; do
       ev --env "TurnRL/$env" --model "scripted:$p" --episodes 32
       ev --env "TurnRL/$env" --model "scripted:$p" --episodes 32 --env-kwarg output_check=true
@@ -25,7 +25,7 @@ if [[ "$what" == scripted || "$what" == all ]]; then
   done
   for p in oracle wrong; do ev --env TurnRL/Arithmetic-v0 --model "scripted:$p" --episodes 128; done
   # speech: every customer turn is synthesised (piper), so 8 tasks; the text twins on the same 8 tasks pair with them
-  for env in TauRetail-v0 TauAirline-v0 TauRetailSpeech-v0 TauAirlineSpeech-v0; do
+  for env in TauRetail-v1 TauAirline-v1 TauRetailSpeech-v1 TauAirlineSpeech-v1; do
     for p in oracle no_tools; do ev --env "TurnRL/$env" --model "scripted:$p" --episodes 8; done
   done
 fi
@@ -39,7 +39,7 @@ if [[ "$what" == model || "$what" == all ]]; then
   # τ-bench prompts are ~5k tokens (policy + tool schemas) and the engine re-reads the whole context every turn:
   # on the shared 2-core machine even 8 episodes x 2 turns did not finish in 25 min, so: 2 tasks x 2 trials, the
   # first turn only (an episode the env has not ended by then is cut and scored as a failure).
-  for env in TauRetail-v0 TauAirline-v0; do
+  for env in TauRetail-v1 TauAirline-v1; do
     ev --env "TurnRL/$env" "${m[@]}" --batch-size 4 --episodes 2 --trials 2 --max-new-tokens 32 --max-turns 1
   done
 fi

@@ -6,7 +6,7 @@ synthesised by an offline voice (:mod:`envs.speech.tts`), optionally degraded to
 as an audio user message. Tool results stay text, so a rollout interleaves speech and text::
 
     >>> import gymnasium as gym, agentgym_turn
-    >>> env = gym.make("TurnRL/TauRetailSpeech-v0", voice="espeak")
+    >>> env = gym.make("TurnRL/TauRetailSpeech-v1", voice="espeak")
     >>> messages, info = env.reset(seed=0, options={"task": {"id": "0"}})
     >>> part = messages[1]["content"][0]
     >>> part["type"], part["sampling_rate"], part["audio"].dtype
@@ -169,9 +169,9 @@ class TauSpeechEnv(TauEnv):
     or ``max_turns`` agent turns). A reply that ends the episode is not synthesised.
 
     ## Arguments
-    ``gym.make("TurnRL/TauRetailSpeech-v0", voice="piper", telephone=False, authenticated=False,
+    ``gym.make("TurnRL/TauRetailSpeech-v1", voice="piper", telephone=False, authenticated=False,
     asr_cascade=False, split="test", user="scripted", judge=None, max_turns=30)``;
-    ``TurnRL/TauAirlineSpeech-v0`` takes the same. Every :class:`~envs.tau.env.TauEnv` argument is accepted.
+    ``TurnRL/TauAirlineSpeech-v1`` takes the same. Every :class:`~envs.tau.env.TauEnv` argument is accepted.
     ``voice``: ``"piper"`` or ``"espeak"``; ``telephone``: 8 kHz μ-law channel; ``asr_cascade``: transcripts
     instead of audio (see Observation). ``authenticated=True`` is TARL's speech evaluation
     (§4.4): the authentication step is skipped by giving the agent the customer's profile (``get_user_details``
@@ -185,6 +185,8 @@ class TauSpeechEnv(TauEnv):
       paper's speech evaluation drops retail's authentication step by handing the agent the user profile, but
       not how: ``authenticated=True`` appends the ``get_user_details`` output to the system prompt (off by
       default, so training keeps the full task, as the paper's speech rollouts do).
+    * v1: the text env's v1 (the scripted customer says its facts only when asked and confirms only the task's
+      gold actions), so its spoken turns changed with it.
     """
 
     shared_attributes: ClassVar[tuple[str, ...]] = (*TauEnv.shared_attributes, "_voice", "_recognizer")

@@ -3,7 +3,7 @@
 Worked example (scripted customer, no LLM needed)::
 
     >>> import gymnasium as gym, agentgym_turn
-    >>> env = gym.make("TurnRL/TauRetail-v0", split="test")
+    >>> env = gym.make("TurnRL/TauRetail-v1", split="test")
     >>> messages, info = env.reset(seed=0, options={"task": {"id": "0"}})
     >>> [m["role"] for m in messages]
     ['system', 'user']
@@ -157,8 +157,8 @@ class TauEnv(TurnEnv):
     ``truncated`` is never set by the env. A failing LLM customer raises ``ServiceError`` from ``step``.
 
     ## Arguments
-    ``gym.make("TurnRL/TauRetail-v0", split="test", user="scripted", judge=None, max_turns=30,
-    output_check=False, data_dir=None)``; ``TurnRL/TauAirline-v0`` takes the same. ``split``: ``train`` / ``test``
+    ``gym.make("TurnRL/TauRetail-v1", split="test", user="scripted", judge=None, max_turns=30,
+    output_check=False, data_dir=None)``; ``TurnRL/TauAirline-v1`` takes the same. ``split``: ``train`` / ``test``
     / ``base`` (``split_tasks.json``) or ``all``; ``user``: ``"scripted"``, a chat-model spec or a
     :class:`~envs.tau.user.UserSimulator`; ``judge``: ``None`` or a chat-model spec / ``ChatModel``;
     ``user_react``: ReAct format for the LLM customer; ``data_dir``: a tau2-bench checkout.
@@ -171,6 +171,12 @@ class TauEnv(TurnEnv):
       applies the last variant's price and options to every modified item); ``search_onestop_flight`` computes the
       next day with a calendar (τ²-bench builds an invalid date for days < 9); a write tool that fails half-way
       changes nothing (one transaction); user lookups by name/email ignore case.
+    * v1: the default scripted customer no longer leaks its scenario: it opens with its request in its own words
+      (no name, id or detail), gives each fact (name, zip, email, ids, items, payment, ...) only when the agent asks
+      for it, confirms an action only when it matches one of the task's gold write actions (declining others), and
+      never recites its instructions (v0 read ``reason_for_call`` and ``known_info`` aloud and said yes to every
+      confirmation). Its rules: :class:`~envs.tau.user.ScriptedUser`. Scores of policies that never ask the customer
+      anything (the oracle, ``no_tools``) are unchanged.
     """
 
     reward_levels: ClassVar[dict[str, RewardLevel]] = {

@@ -54,7 +54,7 @@ def test_same_config_replaces_its_table_row_and_keeps_the_header(tmp_path: Path)
 
 
 def test_tau_pass_k_over_trials_of_the_same_task(tmp_path: Path) -> None:
-    row = run(tmp_path, "--env", "TurnRL/TauRetail-v0", "--model", "scripted:no_tools", "--episodes", "2",
+    row = run(tmp_path, "--env", "TurnRL/TauRetail-v1", "--model", "scripted:no_tools", "--episodes", "2",
               "--trials", "2", "--no-tables")  # fmt: skip
     assert set(row.metrics) == {"pass^1", "pass^2", "success"}
     assert row.metrics["pass^1"]["estimate"] == 0.0 and row.trials == 2
