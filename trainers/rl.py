@@ -26,6 +26,7 @@ import numpy as np
 from agentgym_turn.error import InvalidArgument
 from trainers.config import arg, to_dict
 from trainers.credit import STRATEGIES, CreditConfig, get_strategy, needs_critic
+from trainers.credit import loss_mask as loss_tokens
 from trainers.engines import ENGINES, default_engine
 
 CREDIT = {
@@ -265,15 +266,17 @@ def train(cfg: RLConfig) -> dict[str, float]:
         # ---- (2) reference log-probs and critic values, no gradients ----------------------------------------
         ref_lp: dict[int, np.ndarray] = {}
         heads: dict[int, np.ndarray] = {}
+        in_loss = [loss_tokens(ep, credit_cfg) for ep in episodes]  # the KL counts there only: the head runs there
         t_update = time.perf_counter()
         with torch.no_grad(), M.autocast(cfg.bf16):
             for pack in packs:
                 if cfg.kl_coef > 0:
                     ref_model, ctx = M.reference_context(policy, reference)
                     with ctx:
-                        ref_lp.update(
-                            pack.split(M.pack_logprobs(ref_model, pack, temperature=cfg.temperature).logprobs)
+                        ref = M.pack_logprobs(
+                            ref_model, pack, temperature=cfg.temperature, positions=pack.gather(in_loss)
                         )
+                        ref_lp.update(pack.split(ref.logprobs))
                 if critic is not None:
                     heads.update(pack.split(critic.pack_values(pack)))
         values = [M.critic_values(heads[i]) for i in range(len(episodes))] if critic is not None else None
