@@ -16,18 +16,23 @@ def tokenizer():
     return load_tokenizer("smollm2")
 
 
-def tiny_llama(vocab_size: int, seed: int = 0):
-    """A randomly initialised 2-layer Llama (for math, not language)."""
+def tiny_llama(vocab_size: int, seed: int = 0, *, vllm_heads: bool = False):
+    """A randomly initialised 2-layer Llama (for math, not language); GQA, tied embeddings.
+
+    ``vllm_heads``: 2 query heads and 1 KV head of size 64 instead of 4 and 2 of size 8, because vLLM's CPU
+    attention kernels take no head narrower than 64.
+    """
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
+    heads, kv_heads, head_dim = (2, 1, 64) if vllm_heads else (4, 2, 8)
     cfg = LlamaConfig(
         vocab_size=vocab_size,
-        hidden_size=32,
-        intermediate_size=64,
+        hidden_size=heads * head_dim,
+        intermediate_size=2 * heads * head_dim,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
         max_position_embeddings=1024,
         tie_word_embeddings=True,
     )

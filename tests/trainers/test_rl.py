@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.trainers import toy_env
+from tests.trainers.conftest import tiny_llama
 from trainers.config import parse_config
 from trainers.rl import RLConfig, train
 
@@ -148,12 +149,7 @@ def test_credit_flag_picks_the_family_strategy():
 def test_training_run_on_the_vllm_engine_pushes_weights_every_step(tmp_path, tokenizer):
     """The default engine end to end in the RL loop: vLLM samples, the update runs, the weights reach vLLM."""
     pytest.importorskip("vllm")
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)  # head size 64: vLLM's CPU attention does not take conftest's 8-wide heads
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256,
-                                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                                         max_position_embeddings=512, tie_word_embeddings=True))  # fmt: skip
+    model = tiny_llama(len(tokenizer), vllm_heads=True)
     model_dir = tmp_path / "model"
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)

