@@ -12,8 +12,24 @@ Musique (``001_…`` §6.2) as Search-R1 and FlashRAG publish them:
 
 Every loader returns tasks ``{"id", "question", "answers", "source", "hops"}``.
 
-**Offline questions** (:func:`wiki_search_questions`), built deterministically from the bundled Wikipedia leads
-(:func:`agentgym_turn.corpus.load_wiki_summaries`, CC BY-SA 4.0, see ``WIKI_ATTRIBUTION``):
+**Offline questions** (:func:`wiki_search_questions`, ``question_set=...``), built deterministically from the
+bundled Wikipedia leads (:func:`agentgym_turn.corpus.load_wiki_summaries`, CC BY-SA 4.0, see ``WIKI_ATTRIBUTION``):
+
+Measured difficulty (``python bench/bench_questions.py``, validation split, bundled Lucene BM25 top-3 as the env
+searches, SQuAD-normalised EM; asserted by ``tests/envs/search_r1/test_data.py``):
+
+=========  =====  ======  ========================  ============================  ==========================
+set        n      2-hop   search + copy 1st title   search + oracle span (answer  no search (most frequent /
+                          (EM)                      in a retrieved passage)       per-kind most frequent)
+=========  =====  ======  ========================  ============================  ==========================
+lead-v0    772    0.025   0.922                     0.987                         0.005 / 0.005
+facts-v1   649    0.254   0.009                     0.780                         0.069 / 0.097
+=========  =====  ======  ========================  ============================  ==========================
+
+* ``"facts-v1"`` (:mod:`envs.wikiqa`): templated questions about facts inside the leads (answers are spans:
+  people, places, years, numbers, aliases), single-hop and two-hop bridge questions (*What is the capital of the
+  country mentioned in the Wikipedia lead of Stephen Báthory?* -> ``Vilnius``), validated as below.
+* ``"lead-v0"``, the original set (the default until the env switches), built as follows:
 
 * *single-hop*: the MT-GRPO sibling's construction (:func:`envs.wiki_two_turn.questions.question_from_document`):
   the lead's first sentence with its subject removed, ``"What is an opera in four acts by the French composer
@@ -40,7 +56,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -50,7 +65,9 @@ from agentgym_turn.corpus import Document, corpus_fingerprint, load_wiki_summari
 from agentgym_turn.error import DataNotFound, InvalidArgument, InvalidTask, require
 from agentgym_turn.paths import cache_dir
 from agentgym_turn.retrieval import Retriever
-from envs.wiki_two_turn.questions import SPLITS, first_sentence, question_from_document, split_of
+from envs.wiki_two_turn.questions import FACTS_SET, LEAD_SET, QUESTION_SETS, SPLITS, question_from_document
+from envs.wikiqa import CONSTRUCTION_VERSION as FACTS_VERSION
+from envs.wikiqa import build_questions, mentions, person_facts, relation_to, split_of
 
 #: FlashRAG config name -> the splits it publishes (Search-R1 evaluates on ``test`` when there is one, else ``dev``).
 FLASHRAG_DATASETS: dict[str, tuple[str, ...]] = {
@@ -64,41 +81,6 @@ FLASHRAG_DATASETS: dict[str, tuple[str, ...]] = {
 MULTI_HOP = frozenset({"hotpotqa", "2wikimultihopqa", "musique"})
 FLASHRAG_REPO = "RUC-NLPIR/FlashRAG_datasets"
 CONSTRUCTION_VERSION = 1
-
-#: Nationality adjectives accepted as answers (a closed list keeps religions, eras and other adjectives out).
-NATIONALITIES = frozenset(
-    """American Argentine Australian Austrian Belgian Brazilian British Bulgarian Canadian Chilean Chinese Colombian
-    Croatian Cuban Czech Danish Dutch Egyptian English Estonian Finnish French Georgian German Greek Hungarian
-    Icelandic Indian Indonesian Iranian Irish Israeli Italian Jamaican Japanese Kenyan Korean Latvian Lebanese
-    Lithuanian Mexican Mongolian Moroccan Nigerian Norwegian Pakistani Persian Peruvian Polish Portuguese Romanian
-    Russian Scottish Serbian Slovak Slovenian Soviet Spanish Swedish Swiss Syrian Thai Turkish Ukrainian Uruguayan
-    Venezuelan Vietnamese Welsh""".split()  # noqa: SIM905
-)
-#: Verb (in "... <verb> by <B>") -> the role noun of B.
-RELATION_ROLES: dict[str, str] = {
-    "directed": "directed",
-    "written": "wrote",
-    "composed": "composed",
-    "founded": "founded",
-    "designed": "designed",
-    "painted": "painted",
-    "created": "created",
-    "developed": "developed",
-    "invented": "invented",
-    "discovered": "discovered",
-    "sculpted": "sculpted",
-    "authored": "wrote",
-    "established": "established",
-    "proposed": "proposed",
-    "formulated": "formulated",
-}
-_NATIONALITY = re.compile(
-    r"\b(?:is|was) (?:an?|the) (?:(?:former|retired|late|renowned|influential|prominent|leading|famous)\s+)*"
-    r"([A-Z][a-z]+)(?:[-–][A-Z][a-z]+)? ((?:[a-z]+[ -]){0,3}?[a-z]+?)(?=,| and | who | whose | from | of | in | known"
-    r"| best | active | born | credited | considered | widely | often |\.| \()"
-)
-_NAME_BEFORE = re.compile(r"[A-Z][\w'’.-]* $")
-_BY = re.compile(r"\b(" + "|".join(RELATION_ROLES) + r") by ")
 
 
 def _task(qid: str, question: str, answers: Iterable[Any], source: str, hops: int = 1, **extra: Any) -> dict[str, Any]:
@@ -189,38 +171,6 @@ def load_qa_dataset(name: str, split: str = "test", *, repo: str = FLASHRAG_REPO
 
 
 # ---------------------------------------------------------------------------------------------- offline questions
-def person_facts(doc: Document) -> tuple[str, str] | None:
-    """``(nationality, occupation)`` from a ``People`` article's first sentence, or ``None``."""
-    if doc.topic != "People":
-        return None
-    m = _NATIONALITY.search(first_sentence(doc.text)[:300])
-    if m is None or m.group(1) not in NATIONALITIES:
-        return None
-    occupation = m.group(2).split()[-1]
-    return m.group(1), occupation
-
-
-def _mentions(doc: Document, by_first_word: dict[str, list[str]]) -> list[str]:
-    """Titles (indexed by their first word) that ``doc``'s lead names verbatim, in order, longest match first."""
-    text = doc.text
-    found: list[tuple[int, int, str]] = []
-    for token in set(re.findall(r"[A-Z][\w'’.-]+", text)):
-        for title in by_first_word.get(token, ()):
-            if title == doc.title:
-                continue
-            # a whole name only: not inside a longer capitalised name ("Robert Burns" in "Robert Burns Woodward")
-            for m in re.finditer(r"(?<![\w.])" + re.escape(title) + r"(?!\w| [A-Z])", text):
-                if not _NAME_BEFORE.search(text, 0, m.start()):
-                    found.append((m.start(), m.end(), title))
-    found.sort(key=lambda x: (x[0], -(x[1] - x[0])))
-    out, end = [], -1
-    for s, e, t in found:
-        if s >= end:
-            out.append(t)
-            end = e
-    return list(dict.fromkeys(out))
-
-
 def two_hop_candidates(docs: Sequence[Document]) -> list[dict[str, Any]]:
     """Unvalidated two-hop questions composed through A -> B mentions (see the module docstring)."""
     by_title = {d.title: d for d in docs}
@@ -230,7 +180,7 @@ def two_hop_candidates(docs: Sequence[Document]) -> list[dict[str, Any]]:
         first_word.setdefault(t.split()[0], []).append(t)
     out = []
     for a in docs:
-        mentioned = _mentions(a, first_word)
+        mentioned = mentions(a, first_word, before_full_stop=False)  # lead-v0 is frozen
         if not mentioned:
             continue
         occupations = [facts[t][1] for t in mentioned]
@@ -238,11 +188,7 @@ def two_hop_candidates(docs: Sequence[Document]) -> list[dict[str, Any]]:
             nationality, occupation = facts[b]
             if contains_answer(a.text, [nationality]) or contains_answer(a.title, [nationality]):
                 continue  # answerable from A alone: not a two-hop question
-            idx = a.text.find(b)
-            rel = None
-            for m in _BY.finditer(a.text[: idx + 1]):
-                if a.text[m.end() : m.end() + len(b)] == b:
-                    rel = RELATION_ROLES[m.group(1)]
+            rel = relation_to(a.text, b)
             if rel is not None:
                 question = f"What nationality was the person who {rel} {a.title}?"
             elif occupations.count(occupation) == 1:
@@ -298,24 +244,37 @@ def validate_questions(
 
 
 def wiki_search_questions(
-    retriever: Retriever, split: str = "train", *, k: int = 3, docs: Sequence[Document] | None = None
+    retriever: Retriever,
+    split: str = "train",
+    *,
+    k: int = 3,
+    docs: Sequence[Document] | None = None,
+    question_set: str = LEAD_SET,
 ) -> list[dict[str, Any]]:
-    """The validated offline questions (single-hop and two-hop) of ``split`` for ``retriever`` (cached on disk)."""
+    """The validated offline questions (single-hop and two-hop) of ``split`` for ``retriever`` (cached on disk).
+
+    ``question_set`` is one of :data:`QUESTION_SETS`: ``"lead-v0"`` (the original construction above) or
+    ``"facts-v1"`` (:mod:`envs.wikiqa`), both validated by the oracle with ``retriever`` and top-``k``.
+    """
     if split not in SPLITS:
         raise InvalidArgument(f"split={split!r} is not one of {SPLITS}.")
+    if question_set not in QUESTION_SETS:
+        raise InvalidArgument(f"question_set={question_set!r} is not one of {QUESTION_SETS}.")
     docs = tuple(load_wiki_summaries() if docs is None else docs)
-    key = hashlib.sha256(
-        f"{CONSTRUCTION_VERSION}|{corpus_fingerprint(docs)}|{retriever.name}|{k}".encode()
-    ).hexdigest()[:16]
+    version = CONSTRUCTION_VERSION if question_set == LEAD_SET else f"{question_set}|{FACTS_VERSION}"
+    key = hashlib.sha256(f"{version}|{corpus_fingerprint(docs)}|{retriever.name}|{k}".encode()).hexdigest()[:16]
     path = cache_dir("search_r1") / f"questions-{key}.json"
     if path.is_file():
         by_split = json.loads(path.read_text(encoding="utf-8"))
     else:
-        kept = validate_questions(single_hop_candidates(docs) + two_hop_candidates(docs), retriever, k=k)
+        if question_set == FACTS_SET:
+            candidates = build_questions(docs)
+        else:
+            candidates = single_hop_candidates(docs) + two_hop_candidates(docs)
         by_split = {s: [] for s in SPLITS}
-        for q in kept:
+        for q in validate_questions(candidates, retriever, k=k):
             by_split[split_of(q["docs"][-1])].append(q)
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_suffix(f".{id(by_split)}.tmp")
         tmp.write_text(json.dumps(by_split), encoding="utf-8")
         tmp.replace(path)
     return by_split[split]

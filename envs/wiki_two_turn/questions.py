@@ -1,6 +1,27 @@
-"""Question sets for ``TurnRL/WikiTwoTurn-v0``: derived offline from the bundled corpus, or TriviaQA online.
+"""Question sets for ``TurnRL/WikiTwoTurn``: derived offline from the bundled corpus, or TriviaQA online.
 
-Offline construction (:func:`wiki_questions`), deterministic, from each article of
+Two offline sets, chosen by name (:data:`QUESTION_SETS`; ``wiki_questions(split, question_set=...)``):
+
+* ``"facts-v1"`` (:mod:`envs.wikiqa`): templated questions about facts *inside* the leads, whose answers are
+  mostly spans of the text (people, places, years, numbers, aliases); 27% are two-hop (bridge) questions.
+  WikiTwoTurn allows one search, so a two-hop question needs the bridge from the model's own knowledge (as many
+  TriviaQA questions do) or a well-chosen query. Example: *Who directed 2001: A Space Odyssey?* ->
+  ``["Stanley Kubrick", "Kubrick"]``; *What nationality was the person who directed Jaws?* -> ``["American"]``.
+* ``"lead-v0"`` (the original set, kept for comparison): the article's first sentence minus its subject, the
+  answer is the title; searching it verbatim and copying the first hit's title solves it.
+
+Measured difficulty (``python bench/bench_questions.py``, validation split, bundled Lucene BM25, top-1 as the env
+searches; EM with MT-GRPO's lowercase normalisation; asserted by ``tests/envs/test_wiki_questions.py``):
+
+=========  =====  ========================  =============================  ==========================
+set        n      search + copy 1st title   search + oracle span (answer   no search (most frequent /
+                  (EM)                      in the retrieved passage)      per-kind most frequent)
+=========  =====  ========================  =============================  ==========================
+lead-v0    755    0.942                     0.985                          0.000 / 0.000
+facts-v1   671    0.007                     0.705                          0.069 / 0.095
+=========  =====  ========================  =============================  ==========================
+
+``lead-v0`` construction (:func:`question_from_document`), deterministic, from each article of
 :func:`agentgym_turn.corpus.load_wiki_summaries`:
 
 1. Take the lead's first sentence (a regex splitter that does not break after initials or ``c.``/``St.``-style
@@ -27,7 +48,6 @@ files in the same format (``data_files=...``, JSON lines or parquet with ``quest
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Sequence
 from functools import lru_cache
@@ -35,34 +55,22 @@ from typing import Any
 
 from agentgym_turn.corpus import Document, load_wiki_summaries
 from agentgym_turn.error import DataNotFound, InvalidArgument, require
+from envs.wikiqa import SET_NAME, SPLITS, fact_questions, first_sentence, split_of
 
-SPLITS = ("train", "validation", "test")
-_ABBREV = re.compile(r"(?:\b[A-Z]|\bc|\bca|\bSt|\bMt|\bDr|\bMr|\bMrs|\bMs|\bJr|\bSr|\bNo|\bvs|\be\.g|\bi\.e|\bU\.S)\.$")
-_SENT_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(\[])")
+__all__ = ["FACTS_SET", "LEAD_SET", "QUESTION_SETS", "SPLITS", "first_sentence", "load_triviaqa",
+           "question_from_document", "split_of", "triviaqa_task", "wiki_questions"]  # fmt: skip
+
+#: Offline question sets by name; ``LEAD_SET`` is the original one, ``FACTS_SET`` the templated fact questions.
+LEAD_SET, FACTS_SET = "lead-v0", SET_NAME
+QUESTION_SETS = (LEAD_SET, FACTS_SET)
 _COPULA = re.compile(r"\s(is|was|are|were)\s")
 _PAREN = re.compile(r"\s*\([^()]*\)")
 _ARTICLE = re.compile(r"^(the|a|an)\s+", re.I)
 _WORD = re.compile(r"[\w'’-]+")
 
 
-def first_sentence(text: str) -> str:
-    """The first sentence of ``text``, not cut after initials or common abbreviations."""
-    start = 0
-    for m in _SENT_END.finditer(text):
-        if _ABBREV.search(text[start : m.start()]):
-            continue
-        return text[: m.start()].strip()
-    return text.strip()
-
-
 def _norm(s: str) -> str:
     return " ".join(_WORD.findall(_ARTICLE.sub("", s.strip()).lower()))
-
-
-def split_of(docid: str) -> str:
-    """The fixed split of an article: 80% train, 10% validation, 10% test by a hash of its id."""
-    bucket = int(hashlib.sha256(docid.encode()).hexdigest(), 16) % 100
-    return "train" if bucket < 80 else "validation" if bucket < 90 else "test"
 
 
 def question_from_document(doc: Document) -> dict[str, Any] | None:
@@ -108,10 +116,15 @@ def _wiki_question_splits() -> dict[str, tuple[dict[str, Any], ...]]:
     return {s: tuple(v) for s, v in out.items()}
 
 
-def wiki_questions(split: str = "train") -> list[dict[str, Any]]:
-    """The offline questions of ``split`` (``train``, ``validation`` or ``test``), in corpus order."""
+def wiki_questions(split: str = "train", *, question_set: str = LEAD_SET) -> list[dict[str, Any]]:
+    """The offline questions of ``split`` (``train``, ``validation`` or ``test``) from ``question_set`` (one of
+    :data:`QUESTION_SETS`), in corpus order. Tasks are ``{"id", "question", "answers", "source", "doc", ...}``."""
     if split not in SPLITS:
         raise InvalidArgument(f"split={split!r} is not one of {SPLITS}.")
+    if question_set == FACTS_SET:
+        return fact_questions(split)
+    if question_set != LEAD_SET:
+        raise InvalidArgument(f"question_set={question_set!r} is not one of {QUESTION_SETS}.")
     return [dict(q, answers=list(q["answers"])) for q in _wiki_question_splits()[split]]
 
 

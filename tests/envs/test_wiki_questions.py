@@ -1,4 +1,5 @@
-"""The offline question set derived from the corpus, and the TriviaQA loader on a fixture file."""
+"""The offline question sets derived from the corpus (``lead-v0`` and ``facts-v1``, with the difficulty regime of
+the scripted policies), and the TriviaQA loader on a fixture file."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import json
 
 import pytest
 
-from agentgym_turn.corpus import Document
+from agentgym_turn.answers import normalize_basic
+from agentgym_turn.corpus import Document, load_wiki_summaries
 from agentgym_turn.error import InvalidArgument
 from envs.wiki_two_turn.questions import (
+    FACTS_SET,
     SPLITS,
     first_sentence,
     load_triviaqa,
@@ -16,6 +19,7 @@ from envs.wiki_two_turn.questions import (
     split_of,
     wiki_questions,
 )
+from envs.wikiqa import build_questions, occurs, scripted_rates, subject_name
 
 
 @pytest.mark.parametrize(
@@ -123,3 +127,76 @@ def test_triviaqa_loader_on_a_fixture(tmp_path):
     assert tasks[1]["answers"] == ["Leonardo da Vinci", "Leonardo", "Da Vinci"]
     with pytest.raises(InvalidArgument, match=r"test split"):
         load_triviaqa("test", data_files=str(path))
+
+
+# ------------------------------------------------------------------------------------- facts-v1 (envs.wikiqa)
+FACT_DOCS = [
+    Document("Jaws", "Jaws", "Jaws is a 1975 thriller film directed by Steven Spielberg, about a shark.", topic="Arts"),
+    Document("Steven Spielberg", "Steven Spielberg", "Steven Spielberg is an American filmmaker and producer.",
+             topic="People"),
+    Document("Ghana", "Ghana", "Ghana is a country in West Africa. Its capital and largest city is Accra."),
+    Document("Accra", "Accra", "Accra is the capital city of Ghana. It was founded in 1650 by the Ga people."),
+    Document("Argon", "Argon", "Argon is a chemical element with symbol Ar and atomic number 18."),
+    Document("Giant panda", "Giant panda",
+             "The giant panda, also known as the panda bear, is a bear species. It is in the family Ursidae."),
+]  # fmt: skip
+
+
+def test_fact_questions_on_hand_made_leads():
+    got = {q["question"]: (q["answers"], q["docs"]) for q in build_questions(FACT_DOCS)}
+    assert got["Who directed Jaws?"] == (["Steven Spielberg", "Spielberg"], ["Jaws"])
+    assert got["In which year was Jaws released?"] == (["1975"], ["Jaws"])
+    assert got["What nationality is Steven Spielberg?"] == (["American"], ["Steven Spielberg"])
+    assert got["What is the occupation of Steven Spielberg?"] == (["filmmaker", "producer"], ["Steven Spielberg"])
+    assert got["What is the capital of Ghana?"] == (["Accra"], ["Ghana"])
+    assert got["In which year was Accra founded?"] == (["1650"], ["Accra"])
+    assert got["What is the atomic number of Argon?"] == (["18"], ["Argon"])
+    assert got["By what other name is the giant panda known?"] == (["panda bear"], ["Giant panda"])
+    assert got["To which family does the giant panda belong?"] == (["Ursidae"], ["Giant panda"])
+    # two-hop bridges: through a "<verb> by" relation and through "Its capital is"
+    assert got["What nationality is the person who directed Jaws?"] == (["American"], ["Jaws", "Steven Spielberg"])
+    assert got["In which year was the capital of Ghana founded?"] == (["1650"], ["Ghana", "Accra"])
+    # "Of which country ... is Accra the capital?" -> "Ghana" would be answered by Ghana's own lead: not two-hop
+    assert all(not q.startswith("Of which country or region is the capital") for q in got)
+
+
+def test_fact_filters():
+    leak = Document("Ghana", "Ghana", "Ghana, also called Ghana, is a country. Its capital is Accra.")
+    assert [q["question"] for q in build_questions([leak])] == ["What is the capital of Ghana?"]  # alias leaks
+    a = Document("A", "Alpha film", "Alpha film is a film directed by the American Steven Spielberg.")
+    assert not [q for q in build_questions([a, FACT_DOCS[1]]) if q["hops"] == 2]  # A's lead gives the answer
+    same = [Document(f"X{i}", f"Tango {i}", f"Tango {i} is a dance.") for i in range(2)]
+    assert subject_name("Casablanca (film)") == "the film Casablanca"
+    assert subject_name("Georgia (country)") == "the country Georgia"
+    assert subject_name("Cambridge (Massachusetts)") == "Cambridge, Massachusetts"
+    assert build_questions(same) == []
+
+
+@pytest.fixture(scope="module")
+def facts():
+    return {s: wiki_questions(s, question_set=FACTS_SET) for s in SPLITS}
+
+
+def test_facts_set_is_split_by_gold_article_and_answerable(facts):
+    docs = {d.docid: d for d in load_wiki_summaries()}
+    assert sum(len(v) for v in facts.values()) > 5000
+    for split, qs in facts.items():
+        assert all(split_of(q["doc"]) == split and q["doc"] == q["docs"][-1] for q in qs)
+        for q in qs:
+            assert q["answers"] and not any(occurs(q["question"], a) for a in q["answers"]), q
+            assert any(occurs(docs[q["doc"]].text, a) for a in q["answers"]), q  # the gold article answers it
+    ids = [q["id"] for v in facts.values() for q in v]
+    assert len(ids) == len(set(ids))
+    with pytest.raises(InvalidArgument, match="question_set"):
+        wiki_questions("test", question_set="lead-v9")
+
+
+def test_facts_set_difficulty_as_published(facts, wiki_retriever):
+    """The rates published in envs.wiki_two_turn.questions' docstring (bench/bench_questions.py), top-1 search."""
+    r = scripted_rates(facts["validation"], wiki_retriever, k=1, normalize=normalize_basic, prior=facts["train"])
+    assert r["title_em"] < 0.1  # lead-v0: 0.942
+    assert 0.4 <= r["search_answer"] <= 0.8
+    assert r["no_search_em"] < 0.15 and r["no_search_kind_em"] < 0.15
+    published = {"n": 671, "title_em": 0.007, "search_answer": 0.705, "no_search_em": 0.069, "no_search_kind_em": 0.095}
+    assert r == pytest.approx(published, abs=0.0015)
+    assert sum(q["hops"] == 2 for q in facts["validation"]) / r["n"] == pytest.approx(0.274, abs=0.001)

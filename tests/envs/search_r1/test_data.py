@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from agentgym_turn.answers import normalize_squad
 from agentgym_turn.corpus import Document
 from agentgym_turn.error import DataNotFound, InvalidArgument
 from agentgym_turn.policies import get_scripted_policy, run_episode
@@ -23,6 +24,7 @@ from envs.search_r1.data import (
     wiki_search_questions,
 )
 from envs.search_r1.env import SearchR1Env
+from envs.wikiqa import scripted_rates
 
 FLASHRAG_ROWS = [
     {"id": "test_0", "question": "who got the first nobel prize in physics?",
@@ -201,3 +203,32 @@ def test_each_paper_dataset_fixture(tmp_path, name):
     row = DATASET_ROWS[name]
     assert task["question"] == row["question"] and task["answers"] == row["golden_answers"]
     assert task["source"] == name and task["hops"] == (2 if name in {"hotpotqa", "2wikimultihopqa", "musique"} else 1)
+
+
+@pytest.fixture(scope="module")
+def facts_questions(wiki_retriever):
+    return {s: wiki_search_questions(wiki_retriever, s, question_set="facts-v1") for s in ("train", "validation")}
+
+
+def test_facts_set_difficulty_as_published(facts_questions, wiki_retriever):
+    """The rates published in envs.search_r1.data's docstring (bench/bench_questions.py), top-3 as the env."""
+    val, train = facts_questions["validation"], facts_questions["train"]
+    r = scripted_rates(val, wiki_retriever, k=3, normalize=normalize_squad, prior=train)
+    assert r["title_em"] < 0.1  # lead-v0: 0.922
+    assert 0.4 <= r["search_answer"] <= 0.8
+    assert r["no_search_em"] < 0.15 and r["no_search_kind_em"] < 0.15
+    published = {"n": 649, "title_em": 0.009, "search_answer": 0.780, "no_search_em": 0.069, "no_search_kind_em": 0.097}
+    assert r == pytest.approx(published, abs=0.0015)
+    assert sum(q["hops"] == 2 for q in val) / len(val) >= 0.15  # lead-v0: 0.025
+    with pytest.raises(InvalidArgument, match="question_set"):
+        wiki_search_questions(wiki_retriever, "test", question_set="nope")
+
+
+def test_oracle_solves_sampled_facts_questions(facts_questions, wiki_retriever):
+    val = facts_questions["validation"]
+    sample = [q for q in val if q["hops"] == 2][::20] + [q for q in val if q["hops"] == 1][::40]
+    env = SearchR1Env(tasks=sample, retriever=wiki_retriever)
+    oracle = get_scripted_policy(env, "oracle")
+    for q in sample:
+        m = run_episode(env, oracle, seed=0, options={"task": q}).metrics
+        assert m["env/answer_correct"] == m["env/retrieval_correct"] == 1.0 and m["env/searches"] == q["hops"], q
