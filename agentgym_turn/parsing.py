@@ -1,12 +1,18 @@
-"""Tolerant parsing of an agent's turn: XML-like tags and JSON tool calls.
+"""Parsing of an agent's turn: XML-like tags and JSON tool calls, tolerant or strict.
 
 The agent's text is arbitrary model output. Nothing here raises on it: a parse either returns a value or a
 :class:`ParseError` whose ``message`` is fit to show the agent after ``"Error: "``.
+
+JSON comes in two modes (:data:`JSON_MODES`): ``"tolerant"`` accepts code fences, prose around the object, single
+quotes and Python literals (what a chat model often writes); ``"strict"`` accepts only a valid JSON object,
+optionally surrounded by whitespace, and nothing else (what "Tool calls must be valid JSON" asks for).
 
     >>> extract_tag("<reasoning>hi</reasoning><tool>{}</tool>", "tool")
     '{}'
     >>> parse_tool_call('{"name": "wiki_search", "args": {"query": "Gacy"}}')
     ToolCall(name='wiki_search', args={'query': 'Gacy'})
+    >>> parse_tool_call("{'name': 'wiki_search', 'args': {'query': 'Gacy'}}", mode="strict").message
+    'invalid JSON: expected one JSON object and nothing else (double quotes, no code fence, no prose around it).'
 """
 
 from __future__ import annotations
@@ -18,6 +24,11 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+#: ``"tolerant"`` (fences, prose, Python literals pass) or ``"strict"`` (one valid JSON object, nothing else).
+JSON_MODES: tuple[str, ...] = ("tolerant", "strict")
+_STRICT_INVALID = (
+    "invalid JSON: expected one JSON object and nothing else (double quotes, no code fence, no prose around it)."
+)
 _FENCE = re.compile(r"^\s*```(?:json|JSON)?\s*(.*?)\s*```\s*$", re.S)
 
 
@@ -86,13 +97,24 @@ def _first_json_object(s: str) -> str | None:
     return None
 
 
-def parse_json_object(s: str, *, max_chars: int = 100_000) -> dict[str, Any] | ParseError:
-    """Parse a JSON object leniently: code fences, surrounding prose, single quotes and Python literals pass.
+def parse_json_object(s: str, *, max_chars: int = 100_000, mode: str = "tolerant") -> dict[str, Any] | ParseError:
+    """Parse a JSON object; ``mode="tolerant"`` lets code fences, surrounding prose, single quotes and Python
+    literals pass, ``mode="strict"`` only a valid JSON object (surrounding whitespace allowed) and nothing else.
 
     Returns the dict, or a :class:`ParseError` saying what was wrong.
     """
+    if mode not in JSON_MODES:
+        raise ValueError(f"mode={mode!r}; use one of {JSON_MODES}.")
     if len(s) > max_chars:
         return ParseError(f"the JSON is {len(s)} characters long; at most {max_chars} are accepted.")
+    if mode == "strict":
+        if not s.strip():
+            return ParseError("expected a JSON object, got nothing.")
+        try:
+            value = json.loads(s)
+        except (json.JSONDecodeError, RecursionError):
+            return ParseError(_STRICT_INVALID)
+        return value if isinstance(value, dict) else ParseError(f"expected a JSON object, got {type(value).__name__}.")
     fenced = _FENCE.match(s)
     body = (fenced.group(1) if fenced else s).strip()
     if not body:
@@ -115,12 +137,15 @@ def parse_json_object(s: str, *, max_chars: int = 100_000) -> dict[str, Any] | P
     return ParseError("invalid JSON: could not parse an object from the text.")
 
 
-def parse_tool_call(body: str, *, args_keys: tuple[str, ...] = ("args", "arguments")) -> ToolCall | ParseError:
+def parse_tool_call(
+    body: str, *, args_keys: tuple[str, ...] = ("args", "arguments"), mode: str = "tolerant"
+) -> ToolCall | ParseError:
     """Parse ``{"name": ..., "args": {...}}`` (or ``"arguments"``) into a :class:`ToolCall`.
 
-    Arguments given as a JSON-encoded string (as OpenAI-style models often do) are decoded.
+    ``mode`` is :func:`parse_json_object`'s. Arguments given as a JSON-encoded string (as OpenAI-style models often
+    do) are decoded with the same mode.
     """
-    obj = parse_json_object(body)
+    obj = parse_json_object(body, mode=mode)
     if isinstance(obj, ParseError):
         return obj
     name = obj.get("name")
@@ -134,7 +159,7 @@ def parse_tool_call(body: str, *, args_keys: tuple[str, ...] = ("args", "argumen
         return ParseError(f"the tool call has unexpected keys {extra}; it takes only 'name' and '{args_keys[0]}'.")
     args: Any = obj[present[0]] if present else {}
     if isinstance(args, str):
-        parsed = parse_json_object(args) if args.strip() else {}
+        parsed = parse_json_object(args, mode=mode) if args.strip() else {}
         if isinstance(parsed, ParseError):
             return ParseError(f'"{present[0]}" must be an object; {parsed.message}')
         args = parsed

@@ -2,7 +2,7 @@
 
 Gymnasium 1.x no longer loads ``gymnasium.envs`` entry-point plugins, so registration happens on import:
 ``import agentgym_turn`` (or ``gym.register_envs(agentgym_turn)``, the documented idiom that keeps linters from
-dropping the import), or the module-prefixed id ``gym.make("agentgym_turn:TurnRL/WikiTwoTurn-v0")``.
+dropping the import), or the module-prefixed id ``gym.make("agentgym_turn:TurnRL/WikiTwoTurn-v1")``.
 Entry points are strings, so importing this module imports no env code (and no torch, Java or data).
 
 Bump the ``-vN`` suffix whenever an env's rewards or dynamics change.
@@ -18,7 +18,7 @@ NAMESPACE = "TurnRL"
 
 #: id -> (entry point, default kwargs)
 ENV_SPECS: dict[str, tuple[str, dict[str, Any]]] = {
-    "TurnRL/WikiTwoTurn-v0": ("envs.wiki_two_turn.env:WikiTwoTurnEnv", {}),
+    "TurnRL/WikiTwoTurn-v1": ("envs.wiki_two_turn.env:WikiTwoTurnEnv", {}),
     "TurnRL/SearchR1-v0": ("envs.search_r1.env:SearchR1Env", {}),
     "TurnRL/Sokoban-v1": ("envs.sokoban.env:SokobanEnv", {}),
     "TurnRL/TauRetail-v1": ("envs.tau.env:TauEnv", {"domain": "retail"}),

@@ -71,6 +71,40 @@ def test_parse_tool_call_rejects_with_a_message(body, message):
     assert isinstance(out, ParseError) and message in out.message
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        "{'name': 'f', 'args': {'q': 'single quotes'}}",  # a Python-literal dict
+        '```json\n{"name": "f", "args": {}}\n```',  # a fenced block
+        'Sure! {"name": "f", "args": {}} hope that helps',  # prose around the object
+        'Call: {"name": "f", "args": {}}',
+        '{"name": "f", "args": {}}}',  # trailing garbage
+        '{"name": "f", "arguments": "{\'x\': 2}"}',  # string arguments that are not JSON
+    ],
+)
+def test_strict_mode_accepts_only_a_json_object(body):
+    assert isinstance(parse_tool_call(body), ToolCall)  # the tolerant default reads all of them
+    out = parse_tool_call(body, mode="strict")
+    assert isinstance(out, ParseError) and "invalid JSON" in out.message
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ('{"name": "wiki_search", "args": {"query": "Gacy"}}', ToolCall("wiki_search", {"query": "Gacy"})),
+        ('\n  {"name": "f", "args": {}}  \n', ToolCall("f", {})),  # whitespace around the object is not text
+        ('{"name": "f", "arguments": "{\\"x\\": 2}"}', ToolCall("f", {"x": 2})),
+    ],
+)
+def test_strict_mode_reads_valid_json(body, expected):
+    assert parse_tool_call(body, mode="strict") == expected
+
+
+def test_unknown_json_mode_is_a_programming_error():
+    with pytest.raises(ValueError, match="mode='lenient'"):
+        parse_json_object("{}", mode="lenient")
+
+
 def test_parse_json_object_refuses_huge_input():
     out = parse_json_object("{" + " " * 200_000 + "}")
     assert isinstance(out, ParseError) and "at most" in out.message
@@ -81,6 +115,7 @@ def test_parse_json_object_refuses_huge_input():
 def test_parsers_never_raise(text):
     out = parse_tool_call(text)
     assert isinstance(out, ToolCall | ParseError)
+    assert isinstance(parse_tool_call(text, mode="strict"), ToolCall | ParseError)
     extract_tag(text, "tool")
     parse_json_object("{" + text)
     parse_json_object(text + "}")

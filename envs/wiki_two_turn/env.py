@@ -1,9 +1,9 @@
-"""``TurnRL/WikiTwoTurn-v0``: the two-turn Wikipedia-search QA task of MT-GRPO (``000_…`` §3.1–3.2, App. A–B).
+"""``TurnRL/WikiTwoTurn-v1``: the two-turn Wikipedia-search QA task of MT-GRPO (``000_…`` §3.1–3.2, App. A–B).
 
 Worked example (the reference scripted policy on one offline question)::
 
     >>> import gymnasium as gym, agentgym_turn
-    >>> env = gym.make("TurnRL/WikiTwoTurn-v0")
+    >>> env = gym.make("TurnRL/WikiTwoTurn-v1")
     >>> task = {"question": "What is an opera in four acts by the French composer Georges Bizet?",
     ...         "answers": ["Carmen"]}
     >>> msgs, info = env.reset(seed=0, options={"task": task})          # [system prompt, question]
@@ -27,7 +27,7 @@ import numpy as np
 
 from agentgym_turn.core import Message, TurnEnv, TurnResult
 from agentgym_turn.error import InvalidArgument, InvalidTask
-from agentgym_turn.parsing import ParseError, extract_tag, parse_tool_call
+from agentgym_turn.parsing import JSON_MODES, ParseError, extract_tag, parse_tool_call
 from agentgym_turn.retrieval import Retriever
 from agentgym_turn.tools import Tool, ToolError, ToolFailure, call_tool
 from envs.wiki_two_turn import rewards as R
@@ -96,15 +96,22 @@ def make_wiki_search_tool(retriever: Retriever, *, top_k: int = 1, max_result_ch
     )
 
 
-def parse_turn(text: str) -> tuple[str, Any]:
+def parse_turn(text: str, *, tool_parsing: str = "strict") -> tuple[str, Any]:
     """Classify a turn: ``("tool", ToolCall | ParseError)``, ``("answer", str)`` or ``("none", None)``.
 
+    The first ``<tool>`` pair's body is parsed with ``tool_parsing`` (:data:`~agentgym_turn.parsing.JSON_MODES`):
+    ``"strict"`` accepts only a valid JSON object, ``"tolerant"`` also fences, prose and Python literals.
     A ``<tool>`` pair takes precedence over an ``<answer>`` pair in the same turn (the call runs; the early answer
     is ignored), because the system prompt asks for the call before any answer.
+
+        >>> parse_turn("<tool>{'name': 'wiki_search', 'args': {'query': 'Bizet'}}</tool>")[1].message[:12]
+        'invalid JSON'
+        >>> parse_turn("<tool>{'name': 'wiki_search', 'args': {'query': 'Bizet'}}</tool>", tool_parsing="tolerant")
+        ('tool', ToolCall(name='wiki_search', args={'query': 'Bizet'}))
     """
     body = extract_tag(text, "tool")
     if body is not None:
-        return "tool", parse_tool_call(body, args_keys=("args", "arguments"))
+        return "tool", parse_tool_call(body, args_keys=("args", "arguments"), mode=tool_parsing)
     answer = R.final_answer(text)
     if answer is not None:
         return "answer", answer
@@ -130,8 +137,12 @@ class WikiTwoTurnEnv(TurnEnv):
 
     ## Rewards
     Turn level, paid at turn 1 (components ``tool_execution``, ``search_answer``):
-        * 0.2 if the turn holds a ``<tool>`` call whose response does not begin with ``"Error:"``;
-        * 0.5 if any accepted answer occurs (case-insensitive) in the search result.
+        * 0.2 if the turn holds a properly formatted ``<tool>`` call whose response does not begin with
+          ``"Error:"``. Properly formatted (§3.1, and the prompt's "Tool calls must be valid JSON") means the first
+          ``<tool>`` pair holds one valid JSON object ``{"name": ..., "args": {...}}`` and nothing else besides
+          whitespace: a Python-literal dict (single quotes), a fenced block or prose around the object is answered
+          with ``"Error: invalid JSON ..."``, the search does not run, and the turn earns 0 (``tool_parsing``);
+        * 0.5 if any accepted answer occurs (case-insensitive) in the search result (only a call that ran).
     Outcome, paid at the final turn (``answer_presence``, ``exact_match``, ``xml_format``, ``xml_tag_usage``):
         * 0.5 if an accepted answer occurs in the final ``<answer>``;
         * 1.0 if the final ``<answer>``, lowercased and stripped, equals an accepted answer;
@@ -145,7 +156,7 @@ class WikiTwoTurnEnv(TurnEnv):
     turn-level components are then 0 and the outcome is paid at once). Never truncated by the env itself.
 
     ## Arguments
-    ``gym.make("TurnRL/WikiTwoTurn-v0", dataset="wiki", split="train", top_k=1)``:
+    ``gym.make("TurnRL/WikiTwoTurn-v1", dataset="wiki", split="train", top_k=1, tool_parsing="strict")``:
         * ``dataset``: ``"wiki"`` (offline questions derived from the corpus) or ``"triviaqa"`` (HF hub).
         * ``split``: ``"train"``, ``"validation"`` or ``"test"`` (TriviaQA: train/validation).
         * ``tasks``: an explicit list of ``{"question", "answers", "id"?}`` instead of a dataset.
@@ -153,6 +164,9 @@ class WikiTwoTurnEnv(TurnEnv):
         * ``top_k``: articles returned per search (the paper's code returns 1).
         * ``max_result_chars``: cut the result text to this many characters (``None``: no cut).
         * ``max_action_chars``: longer turns are not parsed (treated as malformed).
+        * ``tool_parsing``: ``"strict"`` (default, the paper's properly formatted call: one valid JSON object in
+          the ``<tool>`` tag) or ``"tolerant"`` (opt-in: also code fences, prose around the object, single quotes
+          and Python literals, as v0 did; for warm-starting weak models, not for comparing with the paper).
 
     ## Version History
     * v0: the paper's task and rewards, with these choices where it is silent or where we deviate:
@@ -163,6 +177,10 @@ class WikiTwoTurnEnv(TurnEnv):
       and spacing credit needs at least one filled tag; the answer is the first ``<answer>`` pair of the final
       turn; a ``<tool>`` call outranks an ``<answer>`` in turn 1; a turn-1 message with neither gets the paper's
       "Error: Tool command not found ..." reply and the episode goes on to turn 2.
+    * v1: tool calls are parsed strictly by default (``tool_parsing="strict"``). v0 read the ``<tool>`` body
+      tolerantly, so ``<tool>Sure: {'name': 'wiki_search', 'args': {...}}</tool>`` or a fenced block earned
+      ``tool_execution`` 0.2 + ``search_answer`` 0.5 although the paper pays 0.2 only for a properly formatted call
+      and the prompt says "Tool calls must be valid JSON". v0's behaviour is ``tool_parsing="tolerant"``.
     """
 
     reward_levels: ClassVar[dict[str, str]] = {
@@ -186,11 +204,18 @@ class WikiTwoTurnEnv(TurnEnv):
         top_k: int = 1,
         max_result_chars: int | None = None,
         max_action_chars: int = 32_768,
+        tool_parsing: str = "strict",
         render_mode: str | None = None,
     ) -> None:
         super().__init__(render_mode=render_mode, max_action_chars=max_action_chars)
         if not isinstance(top_k, int) or top_k < 1:
             raise InvalidArgument(f"top_k={top_k!r} must be an int >= 1.")
+        if tool_parsing not in JSON_MODES:
+            raise InvalidArgument(
+                f"tool_parsing={tool_parsing!r} is not known; use 'strict' (default, the paper's valid JSON call) "
+                "or 'tolerant' (also fences, prose and Python literals)."
+            )
+        self.tool_parsing = tool_parsing
         if max_result_chars is not None and max_result_chars < 1:
             raise InvalidArgument(f"max_result_chars={max_result_chars!r} must be None or >= 1.")
         if tasks is not None:
@@ -249,7 +274,7 @@ class WikiTwoTurnEnv(TurnEnv):
             kind, parsed = "oversized", None
         else:
             self._assistant_turns.append(text)
-            kind, parsed = parse_turn(text)
+            kind, parsed = parse_turn(text, tool_parsing=self.tool_parsing)
         answers = self.task["answers"]
         if self.turn == 1:
             if kind == "tool":

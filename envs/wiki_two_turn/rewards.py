@@ -1,8 +1,8 @@
-"""The MT-GRPO rewards of ``TurnRL/WikiTwoTurn-v0`` as pure functions (``000_…`` §3.2).
+"""The MT-GRPO rewards of ``TurnRL/WikiTwoTurn-v1`` as pure functions (``000_…`` §3.2).
 
 Turn level (the first turn only):
     * :func:`reward_tool_execution`: 0.2 when the turn holds a ``<tool>...</tool>`` call and the env's answer to it
-      does not begin with ``"Error:"``.
+      does not begin with ``"Error:"`` (the env answers a call that is not one valid JSON object with an error).
     * :func:`reward_search_answer`: 0.5 when any accepted answer occurs (case-insensitive) in the ``<result>``.
 
 Outcome level (the final turn, over the whole trajectory where the paper's code averages over turns):

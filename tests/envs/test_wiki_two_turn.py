@@ -1,4 +1,4 @@
-"""TurnRL/WikiTwoTurn-v0: reward tables from the MT-GRPO paper (000 §3.2, Tables 1, 3, 4), episode flow, fuzzing."""
+"""TurnRL/WikiTwoTurn-v1: reward tables from the MT-GRPO paper (000 §3.2, Tables 1, 3, 4), episode flow, fuzzing."""
 
 from __future__ import annotations
 
@@ -191,6 +191,35 @@ def test_tool_errors_earn_no_turn_reward(env, tool_body, error):
     assert r == 0.0 and not term and info["reward_components"] == {"tool_execution": 0.0, "search_answer": 0.0}
 
 
+# The issue-12 reproduction: v0 parsed the <tool> body tolerantly, so these calls earned 0.2 + 0.5 at turn 1.
+SLOPPY_CALLS = [
+    "Sure, here it is: {'name': 'wiki_search', 'args': {'query': 'opera in four acts Georges Bizet'}}",
+    '```json\n{"name": "wiki_search", "args": {"query": "opera in four acts Georges Bizet"}}\n```',
+    'I will call {"name": "wiki_search", "args": {"query": "opera in four acts Georges Bizet"}} now',
+    "{'name': 'wiki_search', 'args': {'query': 'opera in four acts Georges Bizet'}}",
+]
+
+
+@pytest.mark.parametrize("body", SLOPPY_CALLS)
+def test_only_a_valid_json_call_earns_tool_execution(env, body):
+    [(obs, r, term, _, info)] = play(env, CARMEN, [f"<reasoning>r</reasoning>\n<tool>{body}</tool>"])
+    assert obs[0]["content"].startswith("<result>\nError: invalid JSON") and "Carmen" not in obs[0]["content"]
+    assert r == 0.0 and not term and info["reward_components"] == {"tool_execution": 0.0, "search_answer": 0.0}
+
+
+@pytest.mark.parametrize("body", SLOPPY_CALLS)
+def test_tolerant_tool_parsing_is_opt_in(wiki_retriever, body):
+    tolerant = WikiTwoTurnEnv(retriever=wiki_retriever, tool_parsing="tolerant")
+    [(obs, r, _, _, info)] = play(tolerant, CARMEN, [f"<reasoning>r</reasoning>\n<tool>{body}</tool>"])
+    assert obs[0]["content"].startswith("<result>\nCarmen") and r == pytest.approx(0.7)
+
+
+def test_whitespace_around_the_json_call_is_fine(env):
+    body = f"\n  {call('opera in four acts Georges Bizet')}\n"
+    [(_, r, _, _, info)] = play(env, CARMEN, [f"<reasoning>r</reasoning>\n<tool>{body}</tool>"])
+    assert info["reward_components"] == {"tool_execution": 0.2, "search_answer": 0.5} and r == pytest.approx(0.7)
+
+
 def test_scenario_failure_across_both_levels(env):
     out = play(env, CARMEN, ["hmm", "still no idea"])
     assert [o[1] for o in out] == [0.0, 0.0] and out[-1][2]
@@ -254,13 +283,15 @@ def test_seeded_tasks_are_deterministic_and_varied(env):
 
 def test_bad_make_arguments():
     with pytest.raises(InvalidArgument, match="dataset='wikipedia'"):
-        gym.make("TurnRL/WikiTwoTurn-v0", dataset="wikipedia")
+        gym.make("TurnRL/WikiTwoTurn-v1", dataset="wikipedia")
     with pytest.raises(InvalidArgument, match="split='dev'"):
-        gym.make("TurnRL/WikiTwoTurn-v0", split="dev")
+        gym.make("TurnRL/WikiTwoTurn-v1", split="dev")
     with pytest.raises(InvalidArgument, match="top_k=0"):
-        gym.make("TurnRL/WikiTwoTurn-v0", top_k=0)
+        gym.make("TurnRL/WikiTwoTurn-v1", top_k=0)
+    with pytest.raises(InvalidArgument, match="tool_parsing='lenient'"):
+        gym.make("TurnRL/WikiTwoTurn-v1", tool_parsing="lenient")
     with pytest.raises(InvalidTask, match="answers"):
-        gym.make("TurnRL/WikiTwoTurn-v0", tasks=[{"question": "q?"}])
+        gym.make("TurnRL/WikiTwoTurn-v1", tasks=[{"question": "q?"}])
 
 
 def test_custom_tasks_and_top_k(wiki_retriever):
