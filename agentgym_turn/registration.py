@@ -19,7 +19,7 @@ NAMESPACE = "TurnRL"
 #: id -> (entry point, default kwargs)
 ENV_SPECS: dict[str, tuple[str, dict[str, Any]]] = {
     "TurnRL/WikiTwoTurn-v1": ("envs.wiki_two_turn.env:WikiTwoTurnEnv", {}),
-    "TurnRL/SearchR1-v0": ("envs.search_r1.env:SearchR1Env", {}),
+    "TurnRL/SearchR1-v1": ("envs.search_r1.env:SearchR1Env", {}),
     "TurnRL/Sokoban-v1": ("envs.sokoban.env:SokobanEnv", {}),
     "TurnRL/TauRetail-v1": ("envs.tau.env:TauEnv", {"domain": "retail"}),
     "TurnRL/TauAirline-v1": ("envs.tau.env:TauEnv", {"domain": "airline"}),

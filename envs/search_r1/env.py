@@ -1,16 +1,16 @@
-"""``TurnRL/SearchR1-v0``: multi-turn search QA with turn-level rewards, the MT-PPO task (``001_…`` §5, §6.2, D).
+"""``TurnRL/SearchR1-v1``: multi-turn search QA with turn-level rewards, the MT-PPO task (``001_…`` §5, §6.2, D).
 
 Worked example (an offline two-hop question, answered like the paper's Table 3: search, search, answer)::
 
     >>> import gymnasium as gym, agentgym_turn
-    >>> env = gym.make("TurnRL/SearchR1-v0")                            # λs = 0.1, N_max = 4, top-3 passages
+    >>> env = gym.make("TurnRL/SearchR1-v1")                            # λs = 0.1, N_max = 4, top-3 passages
     >>> task = {"question": "What nationality was the actress mentioned in the Wikipedia lead of Casablanca (film)?",
     ...         "answers": ["Swedish"]}
     >>> msgs, info = env.reset(seed=0, options={"task": task})          # [system prompt, "Question: ..."]
     >>> msgs, r, term, trunc, info = env.step("<think>Find the film.</think><search>Casablanca (film)</search>")
     >>> msgs[0]["content"][:44]                                           # Search-R1's passage layout
     '<information>Doc 1(Title: Casablanca (film))'
-    >>> info["reward_components"]                  # no gold in the passages; well formed; 1 search so far
+    >>> info["reward_components"]            # no gold in the passages' titles and texts; well formed; 1 search so far
     {'retrieval': 0.0, 'format': 0.1, 'search_count': -0.1}
     >>> msgs, r, term, trunc, info = env.step("<think>Bergman.</think><search>Ingrid Bergman</search>")
     >>> info["reward_components"]                  # "Swedish" is in the passages; 2 searches so far
@@ -22,7 +22,9 @@ Worked example (an offline two-hop question, answered like the paper's Table 3: 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from agentgym_turn.chat import ChatModel, make_chat_model
@@ -46,7 +48,16 @@ ON_JUDGE_FAILURE = ("report", "raise")
 DEFAULT_MAX_TURNS = 4
 DEFAULT_TOP_K = 3
 MAX_QUERY_CHARS = 1000
+#: 001 D.1.3: "a maximum retrieved content length of 500 tokens".
+MAX_INFORMATION_TOKENS = 500
 NO_RESULTS = "No passages found."
+#: What a turn pays when the judge cannot score it: the worst verifiable outcome (a broken format), and the bottom
+#: of the judge's own [-1, 1] scale, so provoking a judge failure never pays better than any scored turn.
+JUDGE_FAILURE_REWARD = R.OUTCOME_BAD_FORMAT
+#: The tokenizer-free token count: every run of word characters and every other non-space character is a token.
+_WORD_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+TokenSpans = Callable[[str], Sequence[tuple[int, int]]]
 
 SYSTEM_PROMPT = """Answer the question you are given. Every time you receive new information, first reason about \
 it inside <think> and </think>. If, after reasoning, you find you are missing some knowledge, call the search engine \
@@ -65,10 +76,66 @@ class JudgeFailure(TurnRLError, RuntimeError):
     """Every attempt of the LLM judge failed (raised only with ``on_judge_failure="raise"``)."""
 
 
+def _label(i: int) -> str:
+    return f"Doc {i}(Title: "
+
+
 def render_information(passages: Sequence[Passage]) -> str:
     """Search-R1's ``<information>`` block: ``Doc i(Title: ...) text`` per passage, one per line."""
-    body = "\n".join(f"Doc {i}(Title: {p.title}) {p.text}" for i, p in enumerate(passages, 1)) or NO_RESULTS
+    body = "\n".join(f"{_label(i)}{p.title}) {p.text}" for i, p in enumerate(passages, 1)) or NO_RESULTS
     return f"<information>{body}</information>"
+
+
+def word_token_spans(text: str) -> list[tuple[int, int]]:
+    """``(start, end)`` of every token of ``text`` without a tokenizer: each run of word characters and each other
+    non-space character is one token (SmolLM2's BPE tokenizer makes 1.18 of its tokens from each on the bundled
+    corpus)."""
+    return [m.span() for m in _WORD_TOKEN.finditer(text)]
+
+
+def tokenizer_spans(name: str) -> TokenSpans:
+    """``(start, end)`` of every token of a text under the tokenizer ``name`` (``"smollm2"``, an HF id or folder, as
+    :func:`agentgym_turn.models.load_tokenizer` takes; a fast tokenizer, for its offsets)."""
+    from agentgym_turn.models import load_tokenizer
+
+    tokenizer = load_tokenizer(name)
+    if not tokenizer.is_fast:
+        raise InvalidArgument(f"information_tokenizer={name!r} is not a fast tokenizer; its offsets are needed.")
+
+    def spans(text: str) -> list[tuple[int, int]]:
+        return [
+            tuple(o) for o in tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        ]
+
+    return spans
+
+
+def cap_passages(
+    passages: Sequence[Passage], max_tokens: int | None, token_spans: TokenSpans = word_token_spans
+) -> list[Passage]:
+    """The passages as the agent sees them when the ``<information>`` body is cut after ``max_tokens`` tokens
+    (001 D.1.3 caps retrieved content at 500 tokens; ``None``: no cap).
+
+    The tokens of the rendered body (``Doc i(Title: T) text`` lines, labels included) are counted; the passage in
+    which the budget runs out keeps its text up to the last whole token, and a passage whose label or title would
+    be cut is dropped, as are the ones after it. The ``<information>`` tags are not cut.
+    """
+    if max_tokens is None or not passages:
+        return list(passages)
+    lines = [f"{_label(i)}{p.title}) {p.text}" for i, p in enumerate(passages, 1)]
+    spans = token_spans("\n".join(lines))
+    if len(spans) <= max_tokens:
+        return list(passages)
+    cut = spans[max_tokens - 1][1]
+    kept: list[Passage] = []
+    start = 0
+    for i, (p, line) in enumerate(zip(passages, lines, strict=True), 1):
+        text_start = start + len(_label(i)) + len(p.title) + 2
+        if cut <= text_start:
+            break
+        kept.append(p if cut >= start + len(line) else replace(p, text=p.text[: cut - text_start].rstrip()))
+        start += len(line) + 1
+    return kept
 
 
 def make_retriever(spec: Retriever | str | None) -> Retriever:
@@ -117,7 +184,10 @@ class SearchR1Env(TurnEnv):
 
     ## Rewards
     ``reward_mode="verifiable"`` (§5.2). Per search turn (level ``turn``):
-        * ``retrieval``: 0.3 if any gold answer occurs (case-insensitive) in this turn's ``<information>``, else 0;
+        * ``retrieval``: 0.3 if any gold answer occurs in the title or text of a passage this turn retrieved (as
+          the agent sees it, after the cap), as whole words after SQuAD normalisation with punctuation read as a
+          word boundary (``rewards.contains_words``), else 0. The ``Doc i(Title: ...)`` labels and the
+          ``No passages found.`` message are not passages: answering ``3`` or ``no`` matches neither;
         * ``format``: +0.1 if the turn's tags are only ``<think>``, ``<search>`` (then the env's ``<information>``),
           each once, ``<think>`` first; else -0.2;
         * ``search_count``: -λs × (searches from turn 1 up to this one), λs = ``search_lambda`` = 0.1.
@@ -131,10 +201,13 @@ class SearchR1Env(TurnEnv):
     every turn; the current turn's score is paid as ``judge_turn`` (level ``turn``) for intermediate turns and
     ``judge_final`` (level ``outcome``) for the final turn. At the end the outcome-level prompt's 1.0/0.0 is
     reported as the metric ``env/judge_outcome`` (``judge_outcome=True``). A judge that fails or answers malformed
-    text is retried ``judge_retries`` times; if it still fails, the turn's judge component is left out (not 0),
-    ``info["judge_failed"]`` is True and ``info["judge"]`` holds the errors (or, with
-    ``on_judge_failure="raise"``, :class:`JudgeFailure` is raised). The verifiable components of every turn are
-    always in ``info["verifiable_components"]``.
+    text is retried ``judge_retries`` times; if it still fails, the turn's judge component pays
+    :data:`JUDGE_FAILURE_REWARD` = -1, the worst verifiable outcome and the bottom of the judge's scale (a failure
+    must never pay more than a scored turn, or a policy would learn to break the judge), ``info["judge_failed"]``
+    is True, ``info["judge"]`` holds the errors and the episode metric ``env/judge_failures`` counts them (with
+    ``on_judge_failure="raise"``, :class:`JudgeFailure` is raised instead: use it when a flaky judge must not
+    become a training signal). A failed outcome-level judge only leaves ``env/judge_outcome`` out. The verifiable
+    components of every turn are always in ``info["verifiable_components"]``.
 
     ## Episode End
     Terminated by an answer turn or when ``max_turns`` turns are spent. Never truncated by the env. Final
@@ -144,7 +217,7 @@ class SearchR1Env(TurnEnv):
     judge mode adds ``env/judge_outcome`` (when scored) and ``env/judge_failures``.
 
     ## Arguments
-    ``gym.make("TurnRL/SearchR1-v0", dataset="wiki", split="train", retriever="wiki-bm25", max_turns=4, top_k=3,
+    ``gym.make("TurnRL/SearchR1-v1", dataset="wiki", split="train", retriever="wiki-bm25", max_turns=4, top_k=3,
     search_lambda=0.1, reward_mode="verifiable")``:
         * ``dataset``: ``"wiki"`` (offline single- and two-hop questions validated against the retriever), one of
           ``nq``, ``triviaqa``, ``popqa``, ``hotpotqa``, ``2wikimultihopqa``, ``musique`` (FlashRAG through HF
@@ -159,6 +232,11 @@ class SearchR1Env(TurnEnv):
           ``ChatModel``; ``judge_retries``, ``judge_max_tokens`` (reply budget), ``judge_outcome``,
           ``on_judge_failure`` (``"report"``/``"raise"``).
         * ``max_query_chars``: a longer query is cut to this many characters before it is searched.
+        * ``max_information_tokens``: the retrieved passages are cut after this many tokens (001 D.1.3: 500;
+          ``None``: no cap; :func:`cap_passages`); ``info["information_truncated"]`` says when a search was cut.
+          ``information_tokenizer``: the tokenizer that counts them, the policy's for the paper's exact cap (an HF
+          id or folder such as ``"Qwen/Qwen2.5-7B"``, or ``"smollm2"``); ``None`` (default) counts word runs and
+          punctuation marks without a tokenizer (SmolLM2's BPE makes 1.18 tokens of each on the bundled corpus).
 
     ## Version History
     * v0: the paper's task and rewards, with these choices where it is silent: the instructions are the system
@@ -170,6 +248,12 @@ class SearchR1Env(TurnEnv):
       turn N_max is not run (Search-R1's final rollout, Table 4); an empty ``<search></search>`` is a search that
       finds nothing; the judge is asked at every turn on the trajectory so far (the D.2 prompt scores a finished
       trajectory, so its data gains an "EPISODE STATUS" line saying whether the last turn is final).
+    * v1: issue 12's reward fixes. ``retrieval`` matches the gold answers against the retrieved passages' titles
+      and texts only, as whole words after normalisation: v0 searched the whole ``<information>`` block
+      case-insensitively as a substring, so answer ``3`` earned 0.3 from the "Doc 3(Title:" label with irrelevant
+      passages, and answer ``no`` from the "No passages found." of an empty ``<search></search>``. A failed judge
+      pays -1 (:data:`JUDGE_FAILURE_REWARD`) instead of leaving the component out, which paid 0, more than the -1
+      of a broken format. Retrieved content is capped at 500 tokens (D.1.3); v0 did not cap it.
     """
 
     reward_levels: ClassVar[dict[str, str]] = {
@@ -180,7 +264,7 @@ class SearchR1Env(TurnEnv):
         "judge_turn": "turn",
         "judge_final": "outcome",
     }
-    shared_attributes: ClassVar[tuple[str, ...]] = ("_retriever", "_tasks", "_judge")
+    shared_attributes: ClassVar[tuple[str, ...]] = ("_retriever", "_tasks", "_judge", "_token_spans")
     scripted_policies: ClassVar[dict[str, Any]] = dict(SCRIPTED_POLICIES)
 
     def __init__(
@@ -200,6 +284,8 @@ class SearchR1Env(TurnEnv):
         judge_outcome: bool = True,
         on_judge_failure: str = "report",
         max_query_chars: int = MAX_QUERY_CHARS,
+        max_information_tokens: int | None = MAX_INFORMATION_TOKENS,
+        information_tokenizer: str | None = None,
         max_action_chars: int = 32_768,
         render_mode: str | None = None,
     ) -> None:
@@ -221,6 +307,16 @@ class SearchR1Env(TurnEnv):
             )
         if not isinstance(max_query_chars, int) or max_query_chars < 1:
             raise InvalidArgument(f"max_query_chars={max_query_chars!r} must be an int >= 1.")
+        if max_information_tokens is not None and (
+            not isinstance(max_information_tokens, int) or max_information_tokens < 1
+        ):
+            raise InvalidArgument(
+                f"max_information_tokens={max_information_tokens!r} must be None or an int >= 1 (the paper uses 500)."
+            )
+        self.max_information_tokens = max_information_tokens
+        self._token_spans = (
+            word_token_spans if information_tokenizer is None else tokenizer_spans(information_tokenizer)
+        )
         self.max_turns = max_turns
         self.top_k = top_k
         self.search_lambda = float(search_lambda)
@@ -313,9 +409,12 @@ class SearchR1Env(TurnEnv):
         elif kind == "search":
             self._searches += 1
             query = content.strip()[: self.max_query_chars]
-            information = render_information(self._retriever.search(query, k=self.top_k) if query else [])
+            found = self._retriever.search(query, k=self.top_k) if query else []
+            passages = cap_passages(found, self.max_information_tokens, self._token_spans)
+            info["information_truncated"] = passages != list(found)
+            information = render_information(passages)
             verifiable = {
-                "retrieval": R.reward_retrieval(information, answers),
+                "retrieval": R.reward_retrieval(passages, answers),
                 "format": R.reward_intermediate_format(text),
                 "search_count": R.reward_search_count(self._searches, self.search_lambda),
             }
@@ -343,10 +442,9 @@ class SearchR1Env(TurnEnv):
         question, answers = self.task["question"], self.task["answers"]
         verdict = self._judge.score_turns(question, self._judge_turns, answers, finished=final)
         info["judge"] = verdict
-        components: dict[str, float] = {}
-        if verdict.ok:
-            components["judge_final" if final else "judge_turn"] = float(verdict.score)  # type: ignore[arg-type]
-        else:
+        score = float(verdict.score) if verdict.ok else JUDGE_FAILURE_REWARD  # type: ignore[arg-type]
+        components = {"judge_final" if final else "judge_turn": score}
+        if not verdict.ok:
             self._on_failure(verdict, "turn-level")
         info["judge_failed"] = not verdict.ok
         if final and self.judge_outcome:

@@ -1,4 +1,4 @@
-"""Scripted policies of ``TurnRL/SearchR1-v0`` (signature: :data:`agentgym_turn.policies.ScriptedPolicy`).
+"""Scripted policies of ``TurnRL/SearchR1-v1`` (signature: :data:`agentgym_turn.policies.ScriptedPolicy`).
 
 * ``oracle``: searches the task's oracle queries (the hops the offline construction recorded; the question itself
   for published datasets), one per turn, then answers with the first gold answer. It proves every offline

@@ -1,8 +1,9 @@
-"""The turn-level verifiable rewards of ``TurnRL/SearchR1-v0`` as pure functions (``001_…`` §5.2, D.1.2).
+"""The turn-level verifiable rewards of ``TurnRL/SearchR1-v1`` as pure functions (``001_…`` §5.2, D.1.2).
 
 Intermediate (search) turn, ``R^I = retrieval + format + search count``:
-    * :func:`reward_retrieval`: 0.3 when any accepted answer occurs (case-insensitive) in this turn's
-      ``<information>``, else 0.
+    * :func:`reward_retrieval`: 0.3 when any accepted answer occurs in the title or text of a passage this turn
+      retrieved, as whole words after normalisation (:func:`normalize_words`), else 0. Only the passages count:
+      not the ``Doc i(Title: ...)`` labels around them, nor the "No passages found." message.
     * :func:`reward_intermediate_format`: +0.1 when the turn holds only ``<think>``, ``<search>`` (and the env's
       ``<information>``), each exactly once, ``<think>`` first; else -0.2.
     * :func:`reward_search_count`: ``-λs × n_search``, the searches made from turn 1 up to this one (λs = 0.1).
@@ -15,8 +16,11 @@ Worked example (the paper's Table 3 rollout; the first two searches return no go
     >>> t1 = "<think> I'll search for it. </think><search> who will take the throne after the queen dies </search>"
     >>> classify_action(t1)
     ('search', ' who will take the throne after the queen dies ')
-    >>> reward_retrieval("Doc 1(Title: Succession to the British throne) ...", ["Charles, Prince of Wales"])
+    >>> throne = Passage("1", "Succession to the British throne", "The heir apparent is ...", 1.0)
+    >>> reward_retrieval([throne], ["Charles, Prince of Wales"])
     0.0
+    >>> reward_retrieval([throne], ["3"]), reward_retrieval([throne], ["heir"])  # "Doc 1" is a label, not text
+    (0.0, 0.3)
     >>> reward_intermediate_format(t1), reward_search_count(1, 0.1)
     (0.1, -0.1)
     >>> reward_outcome("<think> Now I can answer. </think><answer> Charles, Prince of Wales </answer>",
@@ -29,8 +33,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from agentgym_turn.answers import contains_answer, exact_match, normalize_squad
+from agentgym_turn.answers import exact_match, normalize_squad
 from agentgym_turn.parsing import extract_tag
+from agentgym_turn.retrieval import Passage
 
 RETRIEVAL = 0.3
 FORMAT_OK = 0.1
@@ -41,6 +46,8 @@ OUTCOME_WRONG = 0.2
 OUTCOME_BAD_FORMAT = -1.0
 
 #: Anything shaped like an XML tag counts as a tag: ``<name>``, ``</name>``, ``<name attr=...>``.
+#: Punctuation (anything but word characters and whitespace) becomes a word boundary before SQuAD normalisation.
+_NON_WORD = re.compile(r"[^\w\s]")
 _TAG = re.compile(r"<(/?)([A-Za-z][\w.-]*)(?:\s[^<>]*)?>")
 #: Search-R1's action rule: the first complete ``<search>...</search>`` or ``<answer>...</answer>`` block.
 _ACTION = re.compile(r"<(search|answer)>(.*?)</\1>", re.S)
@@ -81,9 +88,28 @@ def is_answer_format(text: str) -> bool:
     return parse_tags(text) == ANSWER_TURN_TAGS
 
 
-def reward_retrieval(information: str | None, answers: Sequence[str]) -> float:
-    """0.3 if any accepted answer occurs in this turn's ``<information>`` (case-insensitive), else 0."""
-    return RETRIEVAL if contains_answer(information, answers) else 0.0
+def normalize_words(text: str) -> str:
+    """SQuAD normalisation (as exact match uses) with every punctuation mark read as a word boundary.
+
+    ``"Jean-Paul Sartre (1905–1980)"`` -> ``"jean paul sartre 1905 1980"``; an answer then matches text only as
+    whole words: ``"1905"`` is in it, ``"190"`` is not.
+    """
+    return normalize_squad(_NON_WORD.sub(" ", text))
+
+
+def contains_words(text: str, answers: Sequence[str]) -> bool:
+    """True when any accepted answer occurs in ``text`` as whole words after :func:`normalize_words` (an answer
+    that normalises to nothing never matches)."""
+    padded = f" {normalize_words(text)} "
+    return any(g and f" {g} " in padded for g in map(normalize_words, answers))
+
+
+def reward_retrieval(passages: Sequence[Passage], answers: Sequence[str]) -> float:
+    """0.3 if any accepted answer occurs, as whole words (:func:`contains_words`), in the title or the text of one
+    of this turn's retrieved passages, else 0. The ``Doc i(Title: ...)`` labels of the ``<information>`` block and
+    the message shown when nothing is found are not passages and never match."""
+    found = any(contains_words(field, answers) for p in passages for field in (p.title, p.text))
+    return RETRIEVAL if found else 0.0
 
 
 def reward_intermediate_format(text: str) -> float:

@@ -1,4 +1,4 @@
-"""TurnRL/SearchR1-v0: the paper's rollout tables (Table 3, Table 4), the search-penalty arithmetic over several
+"""TurnRL/SearchR1-v1: the paper's rollout tables (Table 3, Table 4), the search-penalty arithmetic over several
 turns, budget and invalid-turn edge cases, metrics, fork, scripted policies and fuzzing of ``step``."""
 
 from __future__ import annotations
@@ -13,7 +13,16 @@ from hypothesis import strategies as st
 import agentgym_turn  # noqa: F401  (registers the ids)
 from agentgym_turn.error import InvalidArgument, InvalidTask
 from agentgym_turn.policies import get_scripted_policy, run_episode
-from envs.search_r1.env import INVALID_ACTION, NO_RESULTS, SearchR1Env, render_information
+from agentgym_turn.retrieval import Passage
+from envs.search_r1.env import (
+    INVALID_ACTION,
+    MAX_INFORMATION_TOKENS,
+    NO_RESULTS,
+    SearchR1Env,
+    cap_passages,
+    render_information,
+    word_token_spans,
+)
 from tests.envs.search_r1.conftest import TABLE3_TASK, TABLE4_TASK
 
 # The paper's Table 3 turns (its bold markup removed).
@@ -128,6 +137,60 @@ def test_retrieval_reward_when_gold_is_retrieved(make):
     assert steps[-1][4]["episode"]["env/retrieval_correct"] == 1.0
 
 
+def test_labels_and_no_results_message_earn_no_retrieval_reward(make):
+    """Issue 12's reproduction: in v0 answer "3" earned 0.3 from the "Doc 3(Title:" label of irrelevant passages,
+    and answer "no" from the "No passages found." of an empty search."""
+    steps = play(make({"question": "how many?", "answers": ["3"]}), [TABLE4[0]])
+    assert "Doc 3(Title:" in steps[0][0][0]["content"]
+    assert components(steps)[0]["retrieval"] == 0.0
+    steps = play(
+        make({"question": "is it?", "answers": ["no"]}),
+        ["<think> t </think><search></search>", "<think> t </think><answer>no</answer>"],
+    )
+    assert steps[0][0][0]["content"] == f"<information>{NO_RESULTS}</information>"
+    assert components(steps)[0]["retrieval"] == 0.0 and steps[1][4]["episode"]["env/retrieval_correct"] == 0.0
+
+
+def test_retrieved_content_is_capped_and_scored_as_shown(make):
+    task = {"question": "which island?", "answers": ["Sri Lanka"]}
+    search = "<think> t </think><search> gems Bay of Bengal </search>"
+    # "Doc 1(Title: Bay of Bengal) the gems of Sri Lanka": "Lanka" is the 14th token
+    [(obs, _, _, _, info)] = play(make(task, max_information_tokens=14), [search])
+    assert obs[0]["content"] == "<information>Doc 1(Title: Bay of Bengal) the gems of Sri Lanka</information>"
+    assert info["information_truncated"] and info["reward_components"]["retrieval"] == 0.3
+    [(obs, _, _, _, info)] = play(make(task, max_information_tokens=13), [search])
+    assert obs[0]["content"].endswith("the gems of Sri</information>")
+    assert info["reward_components"]["retrieval"] == 0.0  # the gold the agent cannot see does not pay
+    [(obs, _, _, _, info)] = play(make(task), [search])
+    assert not info["information_truncated"] and obs[0]["content"].endswith("in abundance in the</information>")
+
+
+def test_cap_passages_counts_labels_and_drops_cut_titles():
+    ps = [Passage("1", "Alpha", "one two three", 1.0), Passage("2", "Beta Gamma", "four five", 0.5)]
+    assert cap_passages(ps, None) == ps and cap_passages(ps, 100) == ps and cap_passages([], 1) == []
+    # "Doc 1(Title: Alpha)" is 7 tokens, then one, two, three; "Doc 2(Title: Beta Gamma)" is 8 more
+    assert cap_passages(ps, 8) == [Passage("1", "Alpha", "one", 1.0)]
+    assert cap_passages(ps, 10) == [ps[0]]
+    assert cap_passages(ps, 17) == [ps[0]]  # the budget ends inside Doc 2's label: Doc 2 is dropped
+    assert cap_passages(ps, 19) == [ps[0], Passage("2", "Beta Gamma", "four", 0.5)]
+    assert cap_passages(ps, 7) == cap_passages(ps, 3) == []
+    long = [Passage("1", "Long", "word " * 3000, 1.0), Passage("2", "Next", "more", 1.0)]
+    capped = cap_passages(long, MAX_INFORMATION_TOKENS)
+    body = render_information(capped).removeprefix("<information>").removesuffix("</information>")
+    assert len(capped) == 1 and len(word_token_spans(body)) == MAX_INFORMATION_TOKENS
+
+
+@pytest.mark.slow
+def test_cap_counts_the_policy_tokenizer_when_given(make):
+    pytest.importorskip("transformers")
+    task = {"question": "which island?", "answers": ["Sri Lanka"]}
+    env = make(task, max_information_tokens=20, information_tokenizer="smollm2")
+    [(obs, _, _, _, info)] = play(env, ["<think> t </think><search> gems Bay of Bengal </search>"])
+    body = obs[0]["content"].removeprefix("<information>").removesuffix("</information>")
+    assert info["information_truncated"] and body.startswith("Doc 1(Title: Bay of Bengal) the gems of Sri Lanka")
+    assert len(env._token_spans(body)) <= 20 < len(env._token_spans(body + " and other"))
+
+
 def test_answer_edge_cases(make):
     env = make()
     assert play(env, ["<think> t </think><answer> Elizabeth </answer>"])[0][1] == 0.2
@@ -196,6 +259,7 @@ def test_bad_arguments(table_retriever):
         ({"reward_mode": "judge"}, "needs judge"),
         ({"on_judge_failure": "ignore"}, "on_judge_failure"),
         ({"retriever": "elastic"}, "retriever="),
+        ({"max_information_tokens": 0}, "max_information_tokens"),
     ]:
         kwargs.setdefault("retriever", table_retriever)
         with pytest.raises(InvalidArgument, match=match):
@@ -218,7 +282,7 @@ def test_scripted_policies(make):
 
 
 def test_gym_make_with_kwargs(table_retriever):
-    env = gym.make("TurnRL/SearchR1-v0", tasks=[TABLE3_TASK], retriever=table_retriever, max_turns=6)
+    env = gym.make("TurnRL/SearchR1-v1", tasks=[TABLE3_TASK], retriever=table_retriever, max_turns=6)
     assert env.unwrapped.max_turns == 6 and env.unwrapped.reward_levels["outcome"] == "outcome"
     env.close()
 

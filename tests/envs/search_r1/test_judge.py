@@ -1,4 +1,4 @@
-"""The LLM-judge path of SearchR1-v0: the D.2 prompts, the score parsers on malformed replies, and the env against
+"""The LLM-judge path of SearchR1-v1: the D.2 prompts, the score parsers on malformed replies, and the env against
 a real OpenAI-compatible HTTP server with scripted replies (protocol, parsing, retries and failure reporting)."""
 
 from __future__ import annotations
@@ -7,8 +7,10 @@ import pytest
 
 from agentgym_turn.chat import OpenAIChat
 from agentgym_turn.parsing import ParseError
-from envs.search_r1.env import JudgeFailure, SearchR1Env
+from envs.search_r1 import rewards as R
+from envs.search_r1.env import JUDGE_FAILURE_REWARD, JudgeFailure, SearchR1Env
 from envs.search_r1.judge import (
+    TURN_SCORE_RANGE,
     Judge,
     JudgeTurn,
     outcome_level_prompt,
@@ -119,16 +121,20 @@ def test_judge_malformed_reply_is_retried(judge_server, table_retriever):
     assert "malformed" in verdict.errors[0] and "HTTP 503" in verdict.errors[1]
 
 
-def test_judge_failure_is_reported_not_zeroed(judge_server, table_retriever):
+def test_judge_failure_is_reported_and_pays_the_worst_outcome(judge_server, table_retriever):
+    """Issue 12: v0 left a failed judge's component out, which paid 0, above the -1 of a broken format, so a
+    policy that broke the judge beat one that answered badly. A failure now pays -1 and is counted."""
     env = judge_env(judge_server, table_retriever, judge_retries=1)
     judge_server.script("no score here", "<score>Turn1: 2.0</score>", default=500)
     env.reset(seed=0)
     _, reward, _, _, info = env.step(TABLE3[0])
-    assert info["judge_failed"] is True and "judge_turn" not in info["reward_components"]
+    assert info["judge_failed"] is True and info["reward_components"] == {"judge_turn": JUDGE_FAILURE_REWARD}
+    assert reward == JUDGE_FAILURE_REWARD == R.OUTCOME_BAD_FORMAT == TURN_SCORE_RANGE[0]
     assert info["judge"].ok is False and info["judge"].attempts == 2 and info["judge"].score is None
     judge_server.script(default=500)
-    *_, info = env.step(TABLE3[2])
+    _, reward, *_, info = env.step(TABLE3[2])
     assert info["judge_failed"] and info["judge_outcome"].ok is False
+    assert info["reward_components"] == {"judge_final": -1.0} and reward == -1.0
     assert info["episode"]["env/judge_failures"] == 3.0 and "env/judge_outcome" not in info["episode"]
 
 
@@ -162,5 +168,5 @@ def test_a_real_local_judge_model_is_scored_or_reported(table_retriever):
     if verdict.ok:
         assert -1.0 <= info["reward_components"]["judge_turn"] <= 1.0 and not info["judge_failed"]
     else:
-        assert info["judge_failed"] and info["reward_components"] == {} and verdict.errors
+        assert info["judge_failed"] and info["reward_components"] == {"judge_turn": -1.0} and verdict.errors
         assert "malformed reply" in verdict.errors[0]

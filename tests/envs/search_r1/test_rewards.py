@@ -1,9 +1,10 @@
-"""The pure reward functions of SearchR1-v0 (``001_…`` §5.2): format rules, retrieval, search count, outcome."""
+"""The pure reward functions of SearchR1-v1 (``001_…`` §5.2): format rules, retrieval, search count, outcome."""
 
 from __future__ import annotations
 
 import pytest
 
+from agentgym_turn.retrieval import Passage
 from envs.search_r1 import rewards as R
 
 GOLD = ["Charles, Prince of Wales"]
@@ -63,13 +64,37 @@ def test_outcome(text, reward):
     assert R.reward_outcome(text, GOLD) == reward
 
 
-def test_retrieval_is_case_insensitive_substring():
-    assert (
-        R.reward_retrieval("<information>Doc 1(Title: X) ... CHARLES, PRINCE OF WALES ...</information>", GOLD) == 0.3
-    )
-    assert R.reward_retrieval("<information>Doc 1(Title: X) Charles, Prince</information>", GOLD) == 0.0
-    assert R.reward_retrieval(None, GOLD) == 0.0
-    assert R.reward_retrieval("anything", ["", "  "]) == 0.0  # empty golds never match
+def passage(title: str, text: str) -> Passage:
+    return Passage("d", title, text, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("passages", "answers", "reward"),
+    [
+        ([passage("X", "... CHARLES, PRINCE OF WALES ...")], GOLD, 0.3),  # case and punctuation do not matter
+        ([passage("Charles, Prince of Wales", "the heir")], GOLD, 0.3),  # the title is the passage's
+        ([passage("X", "Charles, Prince")], GOLD, 0.0),
+        ([passage("X", "Charles, Prince of Walesby")], GOLD, 0.0),  # whole words only
+        ([passage("X", "anno 1905–1980")], ["1905"], 0.3),  # any punctuation is a word boundary
+        ([passage("X", "in 19051")], ["1905"], 0.0),
+        ([passage("Jean-Paul Sartre", "x")], ["jean paul sartre"], 0.3),
+        ([passage("X", "a"), passage("Y", "the Beatles")], ["Beatles"], 0.3),  # articles dropped, any passage
+        ([passage("Prince of", "Wales")], ["Prince of Wales"], 0.0),  # never across title and text
+        ([], ["no"], 0.0),
+        ([passage("X", "anything")], ["", "  ", "the"], 0.0),  # answers that normalise to nothing never match
+    ],
+)
+def test_retrieval_matches_passage_titles_and_texts_as_words(passages, answers, reward):
+    assert R.reward_retrieval(passages, answers) == reward
+
+
+def test_retrieval_ignores_labels_and_no_results_message():
+    """Issue 12's reproduction: v0 searched the whole <information> block, so these earned 0.3."""
+    irrelevant = [passage("Pearl", "saltwater pearls"), passage("Bay", "gems"), passage("Coast", "a coastal area")]
+    assert R.reward_retrieval(irrelevant, ["3"]) == 0.0  # "Doc 3(Title:" is a label
+    assert R.reward_retrieval(irrelevant, ["Title"]) == 0.0
+    assert R.reward_retrieval([], ["no"]) == 0.0  # "No passages found." is no passage
+    assert R.reward_retrieval([], ["passages found"]) == 0.0
 
 
 @pytest.mark.parametrize(
