@@ -5,10 +5,27 @@ assistant's whole turn as one string and returns the environment's feedback mess
 results, user replies), or ``[]`` when the episode ends, with **this turn's** reward::
 
     >>> import gymnasium as gym, agentgym_turn
-    >>> env = gym.make("TurnRL/WikiTwoTurn-v0")
-    >>> messages, info = env.reset(seed=0)           # [{"role": "system", ...}, {"role": "user", ...}]
-    >>> messages, reward, terminated, truncated, info = env.step("<reasoning>...</reasoning><tool>...</tool>")
-    >>> info["reward_components"]                    # {"tool_execution": 0.2, "search_answer": 0.5}
+    >>> env = gym.make("TurnRL/WikiTwoTurn-v1")
+    >>> messages, info = env.reset(seed=0)
+    >>> [m["role"] for m in messages]
+    ['system', 'user']
+    >>> call = '<tool>{"name": "wiki_search", "args": {"query": "opera"}}</tool>'
+    >>> messages, reward, terminated, truncated, info = env.step("<reasoning>...</reasoning>" + call)
+    >>> reward, info["reward_components"]            # the search ran; its results do not hold the answer
+    (0.2, {'tool_execution': 0.2, 'search_answer': 0.0})
+
+**Late turn rewards.** Some turn-level rewards are only known when the episode ends (an LLM judge reads the whole
+conversation, then scores every turn). The env reports them on the final step, one dict per turn, in
+``info["late_reward_components"]`` (``[i]`` belongs to agent turn ``i + 1``, i.e. step ``i + 1``); the components
+are declared in ``reward_levels`` as ``"turn"``, carry each turn's *raw* score (a trainer's strategy does any
+scaling, once), and are never also in any step's ``reward_components``. The final step's ``reward`` is its own
+components plus every late one, so the step rewards still sum to the episode's return. A trainer puts each late
+dict on its turn (:func:`with_late_components`)::
+
+    step rewards:  0.0            0.0            1.0 + (1 + 0 + 1)
+    components:    {}             {}             {"task": 1.0}
+    late:                                        [{"judge": 1}, {"judge": 0}, {"judge": 1}]
+    per turn:      {"judge": 1}   {"judge": 0}   {"task": 1.0, "judge": 1}
 
 Subclasses implement three things: :meth:`TurnEnv._sample_task` (draw a task with ``self.np_random``),
 :meth:`TurnEnv._begin` (the opening messages for a task) and :meth:`TurnEnv._turn` (score one assistant turn and
@@ -45,12 +62,44 @@ class TurnResult:
             that does not apply to this turn is left out (it is not a 0).
         terminated: the episode ended inside the task (answer given, or the turn budget spent).
         info: extra per-turn information (merged into the ``info`` that ``step`` returns).
+        late_components: only on the terminating turn, and only for rewards known at the end: one dict per turn of
+            the episode (this one included; ``[i]`` is turn ``i + 1``) of ``"turn"``-level components, each turn's
+            raw score. ``step`` checks them, adds them to this step's ``reward`` and reports them in
+            ``info["late_reward_components"]``. ``None``: nothing late (a judge that failed reports no scores).
     """
 
     messages: list[Message]
     components: dict[str, float]
     terminated: bool
     info: dict[str, Any] = field(default_factory=dict)
+    late_components: list[dict[str, float]] | None = None
+
+
+def with_late_components(
+    turn_components: list[dict[str, float]], late: list[dict[str, float]] | None
+) -> list[dict[str, float]]:
+    """Each turn's components: what its step paid plus its entry of the final ``info["late_reward_components"]``.
+
+    ``turn_components[i]`` is step ``i + 1``'s ``info["reward_components"]``. A component paid both on time and
+    late for the same turn is summed. Raises ``ValueError`` when ``late`` does not have one dict per turn.
+
+        >>> with_late_components([{}, {"task": 1.0}], [{"judge": 1.0}, {"judge": -1.0}])
+        [{'judge': 1.0}, {'task': 1.0, 'judge': -1.0}]
+    """
+    if late is None:
+        return [dict(c) for c in turn_components]
+    if len(late) != len(turn_components):
+        raise ValueError(
+            f"late_reward_components has {len(late)} entries for {len(turn_components)} turns; it needs one dict "
+            "per turn of the episode."
+        )
+    out = []
+    for paid, extra in zip(turn_components, late, strict=True):
+        merged = dict(paid)
+        for name, value in extra.items():
+            merged[name] = merged.get(name, 0.0) + float(value)
+        out.append(merged)
+    return out
 
 
 class TurnEnv(gym.Env[list, str], abc.ABC):
@@ -171,10 +220,18 @@ class TurnEnv(gym.Env[list, str], abc.ABC):
                 raise ValueError(f"{type(self).__name__} computed a non-finite reward {name}={value!r}.")
             self._component_sums[name] = self._component_sums.get(name, 0.0) + float(value)
         reward = float(sum(result.components.values()))
+        late = self._check_late(result)
+        if late is not None:
+            for turn in late:
+                for name, value in turn.items():
+                    self._component_sums[name] = self._component_sums.get(name, 0.0) + value
+            reward += float(sum(v for turn in late for v in turn.values()))
         self._rewards.append(reward)
         self.history.extend(dict(m) for m in result.messages)
         info: dict[str, Any] = {"turn": self.turn, "reward_components": dict(result.components)}
         info.update(result.info)
+        if late is not None:
+            info["late_reward_components"] = late
         if result.terminated:
             self._done = True
             info["episode"] = self.episode_metrics()
@@ -212,6 +269,31 @@ class TurnEnv(gym.Env[list, str], abc.ABC):
         return "\n".join(lines)
 
     # ------------------------------------------------------------------ helpers
+    def _check_late(self, result: TurnResult) -> list[dict[str, float]] | None:
+        """Validate a turn's ``late_components`` (an env bug raises, naming the rule it broke); a clean copy."""
+        if result.late_components is None:
+            return None
+        name = type(self).__name__
+        if not result.terminated:
+            raise ValueError(f"{name} reported late_components on turn {self.turn}, which does not end the episode.")
+        if len(result.late_components) != self.turn:
+            raise ValueError(
+                f"{name} reported {len(result.late_components)} late_components for an episode of {self.turn} turns; "
+                "give one dict per turn ({} for a turn with nothing late)."
+            )
+        late = []
+        for i, turn in enumerate(result.late_components):
+            for component, value in turn.items():
+                if self.reward_levels.get(component) != "turn":
+                    raise KeyError(
+                        f"{name} paid late component {component!r} for turn {i + 1}; late components must be declared "
+                        f"'turn' in reward_levels {dict(self.reward_levels)}."
+                    )
+                if not math.isfinite(value):
+                    raise ValueError(f"{name} computed a non-finite late reward {component}={value!r} (turn {i + 1}).")
+            late.append({component: float(value) for component, value in turn.items()})
+        return late
+
     @staticmethod
     def _check_messages(messages: list[Message]) -> None:
         if not isinstance(messages, list) or not all(is_message(m) for m in messages):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import ClassVar
 
 import gymnasium as gym
 import pytest
@@ -11,6 +12,7 @@ from gymnasium.utils.env_checker import check_env
 
 import agentgym_turn
 from agentgym_turn import ENV_SPECS, TurnEnv, make_vec
+from agentgym_turn.core import RewardLevel, TurnResult, with_late_components
 from agentgym_turn.error import InvalidArgument, ResetNeeded
 from agentgym_turn.spaces import ChatMessages, UnicodeText, is_message
 
@@ -59,7 +61,9 @@ def test_step_pays_declared_components_and_never_raises_on_text(env):
         assert isinstance(reward, float)
         assert truncated is False
         assert set(info["reward_components"]) <= set(env.unwrapped.reward_levels)
-        assert abs(sum(info["reward_components"].values()) - reward) < 1e-9
+        late = info.get("late_reward_components") or []
+        assert all(env.unwrapped.reward_levels[k] == "turn" for turn in late for k in turn)
+        assert abs(sum(info["reward_components"].values()) + sum(sum(t.values()) for t in late) - reward) < 1e-9
         assert env.unwrapped.observation_space.contains(obs)
         if terminated:
             assert obs == [] and "episode" in info
@@ -69,7 +73,7 @@ def test_step_pays_declared_components_and_never_raises_on_text(env):
 
 
 def test_step_before_reset_and_after_end_raises():
-    e = gym.make("TurnRL/WikiTwoTurn-v0").unwrapped
+    e = gym.make("TurnRL/WikiTwoTurn-v1").unwrapped
     with pytest.raises(ResetNeeded, match="before reset"):
         e.step("x")
     e.reset(seed=0)
@@ -79,7 +83,7 @@ def test_step_before_reset_and_after_end_raises():
 
 
 def test_bad_reset_options_raise_with_the_fix():
-    e = gym.make("TurnRL/WikiTwoTurn-v0")
+    e = gym.make("TurnRL/WikiTwoTurn-v1")
     with pytest.raises(InvalidArgument, match="unknown keys"):
         e.reset(options={"tsk": {}})
     with pytest.raises(InvalidArgument, match="needs a dict"):
@@ -90,7 +94,7 @@ def test_bad_reset_options_raise_with_the_fix():
 
 
 def test_fork_is_independent_and_shares_read_only_resources():
-    e = gym.make("TurnRL/WikiTwoTurn-v0").unwrapped
+    e = gym.make("TurnRL/WikiTwoTurn-v1").unwrapped
     e.reset(seed=3)
     e.step('<reasoning>r</reasoning><tool>{"name": "wiki_search", "args": {"query": "opera"}}</tool>')
     child = e.fork()
@@ -112,7 +116,7 @@ def test_register_envs_idiom_and_module_prefixed_id_in_a_fresh_process():
     gym.register_envs(agentgym_turn)
     code = (
         "import gymnasium as gym\n"
-        "env = gym.make('agentgym_turn:TurnRL/WikiTwoTurn-v0')\n"
+        "env = gym.make('agentgym_turn:TurnRL/WikiTwoTurn-v1')\n"
         "obs, info = env.reset(seed=0)\n"
         "print(type(env.unwrapped).__name__, len(obs))\n"
     )
@@ -129,7 +133,7 @@ def test_unicode_text_space_accepts_any_str():
 
 
 def test_vector_env_needs_and_gets_shared_memory_false():
-    vec = make_vec("TurnRL/WikiTwoTurn-v0", 2)
+    vec = make_vec("TurnRL/WikiTwoTurn-v1", 2)
     try:
         obs, _ = vec.reset(seed=[1, 2])
         assert len(obs) == 2 and obs[0][0]["role"] == "system" and obs[0][1]["content"] != obs[1][1]["content"]
@@ -141,11 +145,71 @@ def test_vector_env_needs_and_gets_shared_memory_false():
     finally:
         vec.close()
     with pytest.raises(ValueError, match="shared_memory=False"):
-        gym.make_vec("TurnRL/WikiTwoTurn-v0", 2, vectorization_mode="async")
+        gym.make_vec("TurnRL/WikiTwoTurn-v1", 2, vectorization_mode="async")
 
 
 def test_sync_vector_env():
-    vec = make_vec("TurnRL/WikiTwoTurn-v0", 2, vectorization_mode="sync")
+    vec = make_vec("TurnRL/WikiTwoTurn-v1", 2, vectorization_mode="sync")
     obs, _ = vec.reset(seed=0)
     assert len(obs) == 2
     vec.close()
+
+
+class LateJudgeEnv(TurnEnv):
+    """Three turns; the last reports a judge's per-turn scores as late turn rewards (``late`` set by the test)."""
+
+    reward_levels: ClassVar[dict[str, RewardLevel]] = {"task": "outcome", "judge": "turn", "fmt": "turn"}
+
+    def __init__(self, late=None, *, late_on_turn=3):
+        super().__init__()
+        self.late, self.late_on_turn = late, late_on_turn
+
+    def _sample_task(self):
+        return {"id": "t"}
+
+    def _begin(self, task):
+        return [{"role": "user", "content": "go"}]
+
+    def _turn(self, text):
+        done = self.turn == 3
+        late = self.late if self.turn == self.late_on_turn else None
+        return TurnResult([] if done else [{"role": "user", "content": "more"}], {"fmt": 0.5}, done, {}, late)
+
+
+def test_late_turn_rewards_reach_the_final_step_its_reward_and_the_metrics():
+    env = LateJudgeEnv([{"judge": 1}, {"judge": -1}, {"judge": 0}])
+    env.reset(seed=0)
+    steps = [env.step("x") for _ in range(3)]
+    assert [r for _, r, *_ in steps] == [0.5, 0.5, 0.5 + 1 - 1 + 0]
+    info = steps[-1][-1]
+    assert info["reward_components"] == {"fmt": 0.5}
+    assert info["late_reward_components"] == [{"judge": 1.0}, {"judge": -1.0}, {"judge": 0.0}]
+    assert "late_reward_components" not in steps[0][-1]
+    assert info["episode"]["reward/judge"] == 0.0 and info["episode"]["env/return"] == 1.5
+    per_turn = with_late_components([i["reward_components"] for *_, i in steps], info["late_reward_components"])
+    assert per_turn == [{"fmt": 0.5, "judge": 1.0}, {"fmt": 0.5, "judge": -1.0}, {"fmt": 0.5, "judge": 0.0}]
+
+
+@pytest.mark.parametrize(
+    ("late", "on_turn", "error", "match"),
+    [
+        ([{"judge": 1}] * 2, 2, ValueError, "does not end the episode"),
+        ([{"judge": 1}] * 2, 3, ValueError, "2 late_components for an episode of 3 turns"),
+        ([{"task": 1}, {}, {}], 3, KeyError, "must be declared 'turn'"),
+        ([{"nope": 1}, {}, {}], 3, KeyError, "must be declared 'turn'"),
+        ([{"judge": float("nan")}, {}, {}], 3, ValueError, "non-finite late reward"),
+    ],
+)
+def test_late_turn_rewards_are_checked(late, on_turn, error, match):
+    env = LateJudgeEnv(late, late_on_turn=on_turn)
+    env.reset(seed=0)
+    with pytest.raises(error, match=match):
+        for _ in range(3):
+            env.step("x")
+
+
+def test_with_late_components_sums_and_checks_length():
+    assert with_late_components([{"a": 1.0}], None) == [{"a": 1.0}]
+    assert with_late_components([{"a": 1.0}], [{"a": 2.0, "b": 1.0}]) == [{"a": 3.0, "b": 1.0}]
+    with pytest.raises(ValueError, match="1 entries for 2 turns"):
+        with_late_components([{}, {}], [{}])

@@ -43,8 +43,8 @@ Strategies (one line each; "uniform" = one number for every token of the traject
 - ``mt_ppo``: MT-PPO (001 eq. 9): each turn's turn-level reward on that turn's last policy token, the outcome
   reward on the trajectory's last policy token; GAE over policy tokens.
 - ``tarl``: TARL reward combination (003 §3.2) as a GRPO score: 10 x terminal + 5 x a -1 turn + 5 x other turns / T.
-- ``tarl_ppo_turn``: TARL per-turn assignment for PPO: each turn's scaled judge score on its last token, the
-  scaled terminal reward on the last token; GAE (003 §5.1 "turn-level").
+- ``tarl_ppo_turn``: TARL per-turn assignment for PPO: each turn's scaled judge score on its last policy token, the
+  scaled terminal reward on the trajectory's last policy token; GAE (003 eq. 4, §5.1 "turn-level").
 - ``tarl_ppo_traj``: TARL trajectory-level assignment for PPO: the group-normalised TARL score as the single
   trajectory reward on the last policy token; GAE (003 §5.1 "trajectory-level").
 
@@ -78,10 +78,14 @@ Ambiguities resolved (each is tested in ``tests/trainers/test_credit.py``):
 4. MT-GRPO with K turns on flat groups (001 eq. 12, 0-based turns k of an episode with K_i turns):
    ``A_k = sum_{l=k}^{K_i-1} c^(l-k) A^T_l + c^(K_i-1-k) A^O`` where ``A^T_l`` normalises the turn-level reward of
    turn l across the episodes of the group that *have* a turn l, and ``A^O`` normalises the outcome reward across
-   the whole group. So the final turn's own turn-level reward (if the env pays one there) also counts, and an
-   episode with fewer turns than its group mates still gets A^O on its last turn. For K = 2 with no turn-level
-   reward on the last turn this is exactly eq. 9. (001 §3.2 notes MT-GRPO assumes equal turn counts; this is our
-   documented extension.)
+   the whole group; an episode with fewer turns than its group mates still gets A^O on its last turn. The final
+   turn has no turn-level advantage of its own (eq. 9: ``A_2 = A^O``; eq. 12: the sum stops at K-1, as only turns
+   1..K-1 are sampled per state): ``A^T`` is 0 at the group's final turn position, turn ``K - 1`` with K the most
+   turns any episode of the group played (for trees: the deepest level). So for equal turn counts the last turn
+   gets exactly ``A^O``, and an episode that ended before the group's horizon (WikiTwoTurn answering at turn 0)
+   keeps its last turn's ``A^T`` as eq. 9's ``A_1 = A^T + c A^O`` does. ``mt_final_turn_advantage=True`` is the
+   extension: ``A^T`` of the final position too (it matters where the last turn pays turn-level rewards: Sokoban,
+   τ with a judge). (001 §3.2 notes MT-GRPO assumes equal turn counts; unequal ones are handled as said.)
 5. MT-GRPO on a rollout tree (001 Appendix F), used automatically when every episode of a group has
    ``node_ids``: the turn-level reward of a node is normalised against its *siblings* (the nodes with the same
    parent); the outcome reward of a leaf is normalised across all leaves of the group (Appendix F's G^(K-1)
@@ -91,7 +95,8 @@ Ambiguities resolved (each is tested in ``tests/trainers/test_credit.py``):
    when some episodes answered early). Every copy of the shared node's tokens, in every leaf episode, gets that
    same number (so in the loss a node's tokens weigh as many times as it has leaves, as when each leaf is trained as
    a full sample; a trainer wanting each node once can zero repeated copies in ``loss_masks``). An unbranched
-   final turn has no siblings, so its A^T is 0, matching eq. 12's missing A^I_K. Leaves of
+   final turn has no siblings, so its A^T is 0, matching eq. 12's missing A^I_K; a branched one at the tree's
+   deepest level gets A^T 0 as well unless ``mt_final_turn_advantage``. Leaves of
    different depth (an episode that answered early) are handled the same way.
 6. GRPO-MR's trajectory reward is the plain sum of every component (001 §3.1's sum of gamma^k R_k with gamma=1,
    the value 001 D.1.3 uses).
@@ -101,14 +106,17 @@ Ambiguities resolved (each is tested in ``tests/trainers/test_credit.py``):
    default; Gymnasium's meaning of truncation), else 0. A turn with no policy tokens (empty generation) puts its
    reward on the latest policy token before it (or the first policy token).
 8. TARL: the terminal reward R(tau) is the sum of outcome components, each turn's judge score the sum of that
-   turn's turn-level components; a negative score is a "major deviation" and is multiplied by 5 (every negative
-   turn, the at-most-one rule is the judge's job), any other score by 5/T with T the episode's number of policy
-   turns. 003 §3.2 writes "scaled by 1/T so that the maximum contribution from turn-level rewards is capped at
-   5 points", and its categories (perfect = 15 = 10 + 5; failed between -5 and 0; good attempt 0-5) need the
-   non-negative turns to sum to at most 5, so we scale by 5/T (``tarl_turn_scale=1.0`` gives the literal 1/T).
-   "Trajectory-level assignment" for PPO places the group-normalised score on the last policy token; with
-   gamma = lambda = 1 (003 footnote 1) its return-to-go is then the same for every token, which is how we read
-   "applied uniformly" (a reward copied onto every token would make returns scale with length).
+   turn's turn-level components, both raw as the env reports them (a judge scores every turn after the episode;
+   the env reports those late turn rewards per turn and the rollout puts each on its turn, see
+   :mod:`agentgym_turn.core`), so the scaling below happens here, once. A negative score is a "major deviation"
+   and is multiplied by 5 (every negative turn, the at-most-one rule is the judge's job), any other score by 5/T
+   with T the episode's number of policy turns. 003 §3.2 writes "scaled by 1/T so that the maximum contribution
+   from turn-level rewards is capped at 5 points", and its categories (perfect = 15 = 10 + 5; failed between -5
+   and 0; good attempt 0-5) need the non-negative turns to sum to at most 5, so we scale by 5/T
+   (``tarl_turn_scale=1.0`` gives the literal 1/T). "Trajectory-level assignment" for PPO places the
+   group-normalised score on the last policy token; with gamma = lambda = 1 (003 footnote 1) its return-to-go is
+   then the same for every token, which is how we read "applied uniformly" (a reward copied onto every token
+   would make returns scale with length).
 """
 
 from __future__ import annotations
@@ -139,6 +147,8 @@ class CreditConfig:
         gamma: discount of GAE (001 D.1.3 and 003 use 1.0).
         gae_lambda: GAE's lambda (001 D.1.3 and 003 use 1.0).
         turn_coef: MT-GRPO / MT-RLOO coefficient on future advantages (λ in 000 eq. 9, α in 001 eq. 12).
+        mt_final_turn_advantage: MT-GRPO / MT-RLOO also add the final turn's own turn-level advantage (an
+            extension; off = 000 eq. 9 / 001 eq. 12, where the final turn gets ``A^O`` only).
         eps: added to the group std in GRPO-style normalisation.
         std_ddof: delta degrees of freedom of the group std (1 = sample std, as torch/TRL; 0 = 003 eq. 5).
         scale_by_std: divide by the group std (GRPO); False keeps only the mean baseline.
@@ -154,6 +164,7 @@ class CreditConfig:
     gamma: float = 1.0
     gae_lambda: float = 1.0
     turn_coef: float = 1.0
+    mt_final_turn_advantage: bool = False
     eps: float = 1e-4
     std_ddof: int = 1
     scale_by_std: bool = True
@@ -434,7 +445,7 @@ def _flat_turn_advantages(group: list[Episode], kind: Normaliser, cfg: CreditCon
     turn_r = [turn_level_rewards(ep) for ep in group]
     max_k = max((len(t) for t in turn_r), default=0)
     a_turn = [np.zeros(len(t)) for t in turn_r]
-    for k in range(max_k):
+    for k in range(max_k if cfg.mt_final_turn_advantage else max_k - 1):
         members = [j for j, t in enumerate(turn_r) if len(t) > k]
         normed = group_normalise([turn_r[j][k] for j in members], kind, cfg)
         for j, a in zip(members, normed, strict=True):
@@ -442,7 +453,7 @@ def _flat_turn_advantages(group: list[Episode], kind: Normaliser, cfg: CreditCon
     out = []
     for j, ep in enumerate(group):
         adv = np.zeros(ep.num_turns)
-        running = a_out[j]  # value carried back from the last turn: A_{K-1} = A^T_{K-1} + A^O
+        running = a_out[j]  # carried back from the last turn: A_{K-1} = A^O (+ A^T_{K-1} before the horizon)
         for k in range(ep.num_turns - 1, -1, -1):
             adv[k] = a_turn[j][k] + running
             running = cfg.turn_coef * adv[k]
@@ -476,10 +487,13 @@ def _tree_turn_advantages(group: list[Episode], kind: Normaliser, cfg: CreditCon
         if parent in leaf_of:
             raise InvalidArgument(f"two episodes end at the same tree node {parent[1]!r}; leaf ids must be unique.")
         leaf_of.append(parent)
-    # A^T: each node against its siblings.
+    # A^T: each node against its siblings; none at the deepest level (the final turn) unless asked for.
     a_turn: dict[tuple[int, str], float] = {}
+    deepest = max(node[0] for node in reward)
     for sibs in children.values():
-        for node, a in zip(sibs, group_normalise([reward[s] for s in sibs], kind, cfg), strict=True):
+        final = sibs[0][0] == deepest and not cfg.mt_final_turn_advantage
+        normed = np.zeros(len(sibs)) if final else group_normalise([reward[s] for s in sibs], kind, cfg)
+        for node, a in zip(sibs, normed, strict=True):
             a_turn[node] = a
     a_out = dict(zip(leaf_of, group_normalise([outcome_reward(ep) for ep in group], kind, cfg), strict=True))
     if any(node in children for node in leaf_of):
@@ -556,7 +570,7 @@ def _multi_turn_credit(episodes: Sequence[Episode], kind: str, cfg: CreditConfig
 
 @_strategy(critic=False)
 def mt_grpo(episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, cfg: CreditConfig) -> CreditOutput:
-    """MT-GRPO: turn-level advantages A_k = A^T_k + c * A_{k+1}, last turn A^T + A^O (000 eq. 9, 001 eq. 12/App. F)."""
+    """MT-GRPO: turn-level advantages A_k = A^T_k + c * A_{k+1}, final turn A^O (000 eq. 9, 001 eq. 12 / App. F)."""
     return _multi_turn_credit(episodes, "grpo", cfg)
 
 

@@ -27,13 +27,15 @@ class Episode:
     """One trajectory of one env, ready for credit assignment.
 
     Attributes:
-        env_id: the Gymnasium id the episode came from (``TurnRL/WikiTwoTurn-v0``).
+        env_id: the Gymnasium id the episode came from (``TurnRL/WikiTwoTurn-v1``).
         group: episodes sampled for the same task share a group id (GRPO/RLOO normalise within a group).
         token_ids: the whole sequence, prompt included (int64).
         loss_mask: 1 where the policy generated the token, 0 for prompt and env tokens.
         turn_index: for each token, the 0-based index of the policy turn it belongs to; -1 for prompt/env tokens.
         logprobs: the behaviour policy's log-probability of each token (0 where ``loss_mask`` is 0).
-        turn_rewards: one dict per policy turn: that turn's reward components as the env paid them.
+        turn_rewards: one dict per policy turn: that turn's reward components as the env paid them, late ones
+            included (a judge's score of turn k, reported at the end in ``info["late_reward_components"][k]``, is
+            in ``turn_rewards[k]``).
         reward_levels: the env's ``{component: "turn" | "outcome"}``.
         terminated: the episode ended inside the task; ``truncated``: it was cut by an external limit.
         node_ids: for tree rollouts, one id per turn naming the tree node that turn's text belongs to; episodes

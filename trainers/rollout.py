@@ -12,6 +12,11 @@ Worked example (ChatML, SmolLM2): prompt ``<|im_start|>system ...<|im_end|>\\n<|
 ``\\n<|im_start|>user\\n<result>...<|im_end|>\\n<|im_start|>assistant\\n`` (mask 0); generated ``<answer>...
 <|im_end|>`` (mask 1, turn 1). A turn cut by ``max_new_tokens`` gets the template's end-of-turn text in its delta.
 
+Rewards: each turn's ``Episode.turn_rewards`` entry is the ``info["reward_components"]`` of its ``env.step``, plus,
+when the episode ends, that turn's entry of ``info["late_reward_components"]`` (turn-level rewards only known at the
+end, such as a judge's per-turn scores; :func:`agentgym_turn.core.with_late_components`). The strategies then see
+each turn's raw reward on its own turn, exactly as the env reports it.
+
 Group rollouts pose one task to ``G`` envs (``reset(options={"task": task})``); tree rollouts (MT-GRPO) fork the
 env (``env.unwrapped.fork()``) into ``G`` children at each of the first ``branch_turns`` turns and continue each
 leaf with one sample, giving ``G ** branch_turns`` episodes per task whose ``node_ids`` name the shared nodes.
@@ -27,7 +32,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from agentgym_turn.core import Message
+from agentgym_turn.core import Message, with_late_components
 from agentgym_turn.error import InvalidArgument
 from agentgym_turn.policies import ScriptedPolicy, get_scripted_policy
 from trainers.engines import Engine, Generation, SamplingConfig
@@ -333,6 +338,8 @@ def _apply_turn(
     slot.turn_rewards.append({k: float(v) for k, v in info.get("reward_components", {}).items()})
     slot.messages.append({"role": "assistant", "content": text})
     if terminated or truncated:
+        # Late turn rewards (a judge's per-turn scores, known at the end) go on the turns they belong to.
+        slot.turn_rewards = with_late_components(slot.turn_rewards, info.get("late_reward_components"))
         slot.done, slot.terminated, slot.truncated = True, bool(terminated), bool(truncated)
         slot.metrics = dict(info.get("episode", slot.env.unwrapped.episode_metrics()))
         return
@@ -369,7 +376,7 @@ class EnvPool:
 
     def __post_init__(self) -> None:
         if not self.env_ids:
-            raise InvalidArgument("EnvPool needs at least one env id, e.g. TurnRL/WikiTwoTurn-v0.")
+            raise InvalidArgument("EnvPool needs at least one env id, e.g. TurnRL/WikiTwoTurn-v1.")
         if self.weights is not None and (
             len(self.weights) != len(self.env_ids) or any(w < 0 for w in self.weights) or sum(self.weights) <= 0
         ):

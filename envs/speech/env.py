@@ -161,8 +161,9 @@ class TauSpeechEnv(TauEnv):
     As :class:`~envs.tau.env.TauEnv`: the assistant's whole turn as text (tool calls or a reply).
 
     ## Rewards
-    As :class:`~envs.tau.env.TauEnv`: ``task`` (outcome, ``R ∈ {0, 1}``, or ``10 R`` with a judge), and with
-    ``judge=`` ``judge_major`` (``-5``) and ``judge_minor`` (``5 Σ s_i / T``). The judge reads the customer's text.
+    As :class:`~envs.tau.env.TauEnv`: ``task`` (outcome, ``R ∈ {0, 1}``), and with ``judge=`` each turn's raw judge
+    score ``judge`` (turn, ``-1 / 0 / 1``) as a late turn reward in the final ``info["late_reward_components"]``;
+    TARL's scaling is the trainer's (``env/tarl_score`` reports it). The judge reads the customer's text.
 
     ## Episode End
     As :class:`~envs.tau.env.TauEnv` (customer stop / transfer / out-of-scope markers, a successful transfer call,
@@ -186,7 +187,9 @@ class TauSpeechEnv(TauEnv):
       not how: ``authenticated=True`` appends the ``get_user_details`` output to the system prompt (off by
       default, so training keeps the full task, as the paper's speech rollouts do).
     * v1: the text env's v1 (the scripted customer says its facts only when asked and confirms only the task's
-      gold actions), so its spoken turns changed with it.
+      gold actions), so its spoken turns changed with it; and its judge contract: raw per-turn ``judge`` scores as
+      late turn rewards, ``task = R`` with or without a judge (v0: ``10 R``, ``judge_major``, ``judge_minor``,
+      scaled a second time by the trainer).
     """
 
     shared_attributes: ClassVar[tuple[str, ...]] = (*TauEnv.shared_attributes, "_voice", "_recognizer")

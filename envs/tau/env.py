@@ -138,18 +138,20 @@ class TauEnv(TurnEnv):
     An empty reply is an error too. Nothing the agent writes raises.
 
     ## Rewards
-    Paid at the final step only; every other step pays ``0`` with no component.
+    Known at the final step only; every other step pays ``0`` with no component.
     * ``task`` (outcome): the rule-based verifier's ``R ∈ {0, 1}`` (final DB == DB after replaying the gold actions;
-      with ``output_check=True`` also every ``communicate_info`` said). Without a judge it is ``R``; with one it
-      is TARL's ``10 * R``.
-    * ``judge_major`` (turn, only with ``judge=``): ``-5`` if the judge gave one turn −1, else ``0``.
-    * ``judge_minor`` (turn, only with ``judge=``): ``5 * (sum of the other turns' scores) / T``.
-    The per-turn scores arrive with the final step because the judge needs the whole trajectory:
-    ``info["judge_scores"][i]`` is agent turn ``i+1``'s score (step ``i+1``) and ``info["turn_rewards"][i]`` that
-    turn's share of ``judge_major + judge_minor`` (``-5`` for the −1 turn, ``5 s_i / T`` otherwise). A trainer
-    doing per-turn assignment puts ``turn_rewards[i]`` on the last token of turn ``i+1`` and ``task`` on the last
-    turn; trajectory-level assignment (TARL's better variant) uses the step's total. A judge failure is reported in
-    ``info["judge_error"]`` and the judge components are left out (not zeroed).
+      with ``output_check=True`` also every ``communicate_info`` said), in the final step's ``reward_components``.
+    * ``judge`` (turn, only with ``judge=``): each agent turn's raw judge score ``s_i ∈ {-1, 0, 1}`` (at most one
+      −1), a late reward in the contract of :mod:`agentgym_turn.core`: the judge needs the whole conversation, so
+      the final step reports ``info["late_reward_components"] = [{"judge": s_1}, ..., {"judge": s_T}]`` (entry
+      ``i`` is agent turn ``i+1``, step ``i+1``; the final step's reward is ``R + sum(s_i)``) and a trainer's
+      rollout puts each score on its own turn. The env applies no scaling: TARL's combination (003 §3.2:
+      ``10 R``, ``5 x`` the −1 turn, ``5/T x`` the others) is the trainer's strategy (``tarl``,
+      ``tarl_ppo_turn``, ``tarl_ppo_traj`` in ``trainers.credit``), done once there. The env reports the combined
+      score as the metric ``env/tarl_score`` (a perfect trajectory: 15) with ``info["tarl_category"]``
+      (``perfect``, ``good``, ``good_attempt``, ``failed``) and the scores again in ``info["judge_scores"]``.
+    A judge failure is reported in ``info["judge_error"]`` and ``env/judge_ok = 0``; the ``judge`` components are
+    then left out (not zeroed), so the episode's signal is the verifier's ``R`` alone.
 
     ## Episode End
     ``terminated`` when the customer's reply holds ``###STOP###``, ``###TRANSFER###`` or ``###OUT-OF-SCOPE###``,
@@ -177,13 +179,17 @@ class TauEnv(TurnEnv):
       never recites its instructions (v0 read ``reason_for_call`` and ``known_info`` aloud and said yes to every
       confirmation). Its rules: :class:`~envs.tau.user.ScriptedUser`. Scores of policies that never ask the customer
       anything (the oracle, ``no_tools``) are unchanged.
+      With a judge (same release, same id): the judge's turn scores are late turn rewards, raw and one per turn
+      (component ``judge`` in ``info["late_reward_components"]``), and ``task`` is ``R`` with or without a judge.
+      v0 paid them already TARL-scaled on the last step (``task = 10 R``, ``judge_major = -5``, ``judge_minor =
+      5 Σ s_i / T``) and the trainer's TARL strategies scaled them again (a perfect 6-turn trajectory: 15 in the
+      env, 106.25 in ``tarl_score``; a −1 on turn 2 landed on the last token as −12.5). Now the rollout puts each
+      score on its turn and the strategies scale once: 15 in ``env/tarl_score`` and in the trainer, and
+      ``tarl_ppo_turn`` puts ``5 s_i / T`` (``-5`` for the −1 turn) on turn ``i``'s last token and ``10 R`` on the
+      last one (003 eq. 4).
     """
 
-    reward_levels: ClassVar[dict[str, RewardLevel]] = {
-        "task": "outcome",
-        "judge_major": "turn",
-        "judge_minor": "turn",
-    }
+    reward_levels: ClassVar[dict[str, RewardLevel]] = {"task": "outcome", "judge": "turn"}
     shared_attributes: ClassVar[tuple[str, ...]] = ("_data", "_judge", "_tasks", "_tool_defs")
     scripted_policies: ClassVar[dict[str, Any]] = {
         "oracle": oracle_policy,
@@ -355,9 +361,9 @@ class TauEnv(TurnEnv):
         self._result = {"env/success": verdict.reward, "env/db_match": float(verdict.db_match)}
         if verdict.communicate is not None:
             self._result["env/communicate"] = float(verdict.communicate)
+        components = {"task": verdict.reward}
         if self._judge is None:
-            return TurnResult([], {"task": verdict.reward}, True, info)
-        components = {"task": 10.0 * verdict.reward}
+            return TurnResult([], components, True, info)
         try:
             judged = self._judge.judge(
                 self._data.policy,
@@ -372,16 +378,15 @@ class TauEnv(TurnEnv):
             self._result["env/judge_ok"] = 0.0
             return TurnResult([], components, True, info)
         tarl = combine_tarl(verdict.reward, judged.scores)
-        components.update(judge_major=tarl.major, judge_minor=tarl.minor)
         info.update(
             judge_scores=judged.scores,
-            turn_rewards=tarl.per_turn,
             tarl_category=tarl.category,
             judge_violations=judged.violations,
             judge_raw=judged.raw,
         )
-        self._result["env/judge_ok"] = 1.0
-        return TurnResult([], components, True, info)
+        self._result.update({"env/judge_ok": 1.0, "env/tarl_score": tarl.total})
+        late = [{"judge": float(s)} for s in judged.scores]
+        return TurnResult([], components, True, info, late_components=late)
 
     def _episode_metrics(self) -> dict[str, float]:
         return {**self._result, "env/tool_calls": float(self._tool_calls), "env/tool_errors": float(self._tool_errors)}

@@ -6,6 +6,11 @@ JSON object ``{"score_0": s_0, ..., "score_{T-1}": s_{T-1}}`` with every ``s_i �
 1 = correct turn, 0 = an issue (policy or format) that is not the primary cause of a deviation, -1 = the primary
 cause of a deviation from the ground truth (at most one turn).
 
+The env pays the scores raw, one per turn, as late turn rewards (``info["late_reward_components"]``, see
+:mod:`agentgym_turn.core`); the scaling below is applied once, by the trainer's TARL strategies
+(``trainers.credit``: ``tarl``, ``tarl_ppo_turn``, ``tarl_ppo_traj``). :func:`combine_tarl` computes the same
+number for the env's metrics (``env/tarl_score``, ``info["tarl_category"]``).
+
 Combination with the verifier's terminal reward ``R ∈ {0, 1}`` (T turns, ``m`` the −1 turn if any)::
 
     total = 10 * R + 5 * s_m + 5 * (sum of the other turns' scores) / T   (s_m = -1; no 5 * s_m term if no -1)
@@ -106,8 +111,7 @@ class TarlReward:
         major: ``-5`` when a turn scored −1, else ``0``.
         minor: ``5 * sum of the other turns' scores / T``.
         per_turn: each turn's share of the turn-level part (``-5`` for the −1 turn, ``5 s_i / T`` otherwise), so that
-            ``terminal + sum(per_turn) == total``; a trainer doing per-turn assignment puts ``per_turn[i]`` on turn
-            i's last token.
+            ``terminal + sum(per_turn) == total``: what ``tarl_ppo_turn`` puts on turn i's last token.
         category: ``perfect`` (15), ``good`` (10-15), ``good_attempt`` (0-5, R = 0 and no −1) or ``failed`` (< 0).
     """
 

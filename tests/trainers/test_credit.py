@@ -196,6 +196,64 @@ def test_mt_grpo_three_turn_flat_matches_eq12():
     assert per_turn(out.advantages[1], eps[1]) == pytest.approx([-0.5303301, 0.3535534, -0.7071068], abs=1e-5)
 
 
+def final_turn_group() -> list[Episode]:
+    """Turn-level rewards on both turns (as Sokoban and τ with a judge pay them), outcome on the last::
+
+    e0: turn0 {tool: 1}  turn1 {tool: 1, em: 1}     A^O   = [0.57735, 0.57735, -1.15470]
+    e1: turn0 {tool: 0}  turn1 {tool: 0, em: 1}     A^T_0 = [0.57735, -1.15470, 0.57735]   (R^T_0 = [1, 0, 1])
+    e2: turn0 {tool: 1}  turn1 {tool: 0, em: 0}     A^T_1 = [1.15470, -0.57735, -0.57735]  (R^T_1 = [1, 0, 0])
+    """
+    rewards = [
+        [{"tool": 1.0}, {"tool": 1.0, "em": 1.0}],
+        [{"tool": 0.0}, {"tool": 0.0, "em": 1.0}],
+        [{"tool": 1.0}, {"tool": 0.0, "em": 0.0}],
+    ]
+    return [make_episode([(2, 2), (2, 0)], r) for r in rewards]
+
+
+# (strategy, turn_coef, mt_final_turn_advantage) -> per-episode [turn0, turn1], by hand from final_turn_group:
+MT_FINAL_TURN_TABLE = {
+    # 000 eq. 9 / 001 eq. 12 (the default): turn1 = A^O; turn0 = A^T_0 + c A^O. A^T_1 never enters.
+    ("mt_grpo", 1.0, False): [[1.1547005, 0.5773503], [-0.5773503, 0.5773503], [-0.5773503, -1.1547005]],
+    ("mt_grpo", 0.5, False): [[0.8660254, 0.5773503], [-0.8660254, 0.5773503], [0.0, -1.1547005]],
+    # the extension: turn1 = A^T_1 + A^O = [1.73205, 0, -1.73205]; turn0 = A^T_0 + c turn1
+    ("mt_grpo", 1.0, True): [[2.3094011, 1.7320508], [-1.1547005, 0.0], [-1.1547005, -1.7320508]],
+    ("mt_grpo", 0.5, True): [[1.4433757, 1.7320508], [-1.1547005, 0.0], [-0.2886751, -1.7320508]],
+    # MT-RLOO: A^T_0 = 3/2 ([1, 0, 1] - 2/3) = [0.5, -1, 0.5]; A^O = [0.5, 0.5, -1]; A^T_1 = [1, -0.5, -0.5]
+    ("mt_rloo", 1.0, False): [[1.0, 0.5], [-0.5, 0.5], [-0.5, -1.0]],
+    ("mt_rloo", 1.0, True): [[2.0, 1.5], [-1.0, 0.0], [-1.0, -1.5]],
+}
+
+
+@pytest.mark.parametrize(("name", "coef", "final"), sorted(MT_FINAL_TURN_TABLE))
+def test_mt_grpo_final_turn_has_no_turn_level_advantage_unless_asked(name, coef, final):
+    eps = final_turn_group()
+    cfg = CreditConfig(eps=1e-12, turn_coef=coef, mt_final_turn_advantage=final)
+    out = get_strategy(name)(eps, None, cfg)
+    got = [per_turn(a, e) for a, e in zip(out.advantages, eps, strict=True)]
+    assert got == [pytest.approx(w, abs=1e-6) for w in MT_FINAL_TURN_TABLE[(name, coef, final)]]
+
+
+def test_mt_grpo_tree_branched_final_level():
+    # root -> a, b (turn 0: tool 1, 0) -> a1 a2 / b1 b2 (turn 1, branched: tool 1, 0 / 0, 0; em 1, 0 / 1, 0).
+    # A^T(a, b) = +-0.70711; A^O over leaves [1, 0, 1, 0] = [0.86603, -0.86603, 0.86603, -0.86603].
+    # Paper form: leaves get A^O; A(a) = 0.70711 + mean(0.86603, -0.86603) = 0.70711, A(b) = -0.70711.
+    # Extension: A^T(a1, a2) = +-0.70711 (b1, b2 equal -> 0): leaves [1.57314, -1.57314, 0.86603, -0.86603].
+    spec = [(["a", "a1"], 1.0, 1.0, 1.0), (["a", "a2"], 1.0, 0.0, 0.0), (["b", "b1"], 0.0, 0.0, 1.0)]
+    spec.append((["b", "b2"], 0.0, 0.0, 0.0))
+    eps = [
+        make_episode([(2, 1), (1, 0)], [{"tool": t0}, {"tool": t1, "em": o}], node_ids=ids) for ids, t0, t1, o in spec
+    ]
+    paper = get_strategy("mt_grpo")(eps, None, EXACT)
+    ext = get_strategy("mt_grpo")(eps, None, CreditConfig(eps=1e-12, mt_final_turn_advantage=True))
+    a_o = [0.8660254, -0.8660254, 0.8660254, -0.8660254]
+    leaves_ext = [1.5731321, -1.5731321, 0.8660254, -0.8660254]
+    for i, ep in enumerate(eps):
+        root = 0.7071068 if i < 2 else -0.7071068
+        assert per_turn(paper.advantages[i], ep) == pytest.approx([root, a_o[i]], abs=1e-6)
+        assert per_turn(ext.advantages[i], ep) == pytest.approx([root, leaves_ext[i]], abs=1e-6)
+
+
 def tree_group() -> list[Episode]:
     """K = 3, G = 2: root -> a, b (turn 0) -> a1 a2 / b1 b2 (turn 1) -> one final node each (turn 2).
 

@@ -115,17 +115,29 @@ def test_turn_judge_raises_service_error_when_no_valid_answer(fake_openai: FakeO
     assert len(fake_openai.requests) == 3
 
 
-def test_env_with_judge_pays_tarl_components_and_per_turn_rewards(fake_openai: FakeOpenAI) -> None:
+def test_env_with_judge_reports_raw_scores_per_turn_as_late_turn_rewards(fake_openai: FakeOpenAI) -> None:
+    # Task 0 with the oracle: 6 turns, R = 1, every turn judged 1 -> a perfect trajectory, 15 in the metrics.
     fake_openai.default = all_ones
     env = TauEnv("retail", judge=fast_client(fake_openai))
     log = run_episode(env, oracle_policy, seed=0, options={"task": {"id": "0"}})
+    info, n = log.infos[-1], len(log.rewards)
+    assert n == 6 and info["judge_scores"] == [1] * n and info["tarl_category"] == "perfect"
+    assert info["reward_components"] == {"task": 1.0}  # raw R; TARL's 10x is the trainer's
+    assert info["late_reward_components"] == [{"judge": 1.0}] * n
+    assert all("late_reward_components" not in i for i in log.infos[:-1])
+    assert log.rewards == [0.0] * (n - 1) + [1.0 + n]  # the final step reveals R and every turn's score
+    assert log.metrics["env/tarl_score"] == 15.0 and log.metrics["env/judge_ok"] == 1.0
+    assert log.metrics["reward/judge"] == n and log.metrics["reward/task"] == 1.0
+
+
+def test_env_judge_minus_one_on_turn_two(fake_openai: FakeOpenAI) -> None:
+    fake_openai.default = lambda body: all_ones(body).replace('"score_1": 1', '"score_1": -1')
+    env = TauEnv("retail", judge=fast_client(fake_openai))
+    log = run_episode(env, oracle_policy, seed=0, options={"task": {"id": "0"}})
     info = log.infos[-1]
-    n = len(log.rewards)
-    assert info["judge_scores"] == [1] * n and info["tarl_category"] == "perfect"
-    assert info["turn_rewards"] == pytest.approx([5.0 / n] * n)
-    assert info["reward_components"] == pytest.approx({"task": 10.0, "judge_major": 0.0, "judge_minor": 5.0})
-    assert log.rewards[-1] == pytest.approx(15.0) and all(r == 0.0 for r in log.rewards[:-1])
-    assert log.metrics["env/judge_ok"] == 1.0
+    assert [t["judge"] for t in info["late_reward_components"]] == [1.0, -1.0, 1.0, 1.0, 1.0, 1.0]
+    assert info["tarl_category"] == "good"
+    assert log.metrics["env/tarl_score"] == pytest.approx(10.0 - 5.0 + 5.0 * 5 / 6)
 
 
 def test_env_reports_a_judge_failure_instead_of_zeroing(fake_openai: FakeOpenAI) -> None:
@@ -134,5 +146,6 @@ def test_env_reports_a_judge_failure_instead_of_zeroing(fake_openai: FakeOpenAI)
     log = run_episode(env, oracle_policy, seed=0, options={"task": {"id": "0"}})
     info = log.infos[-1]
     assert "judge_error" in info and "no JSON object" in info["judge_error"]
-    assert info["reward_components"] == {"task": 10.0}  # the judge components are absent, not 0
+    assert info["reward_components"] == {"task": 1.0}  # the judge components are absent, not 0
+    assert "late_reward_components" not in info and "env/tarl_score" not in log.metrics
     assert log.metrics["env/judge_ok"] == 0.0
