@@ -56,6 +56,23 @@ def held_out_kwargs(env_id: str, overrides: Mapping[str, Any] | None = None) -> 
     return {**(base or {}), **dict(overrides or {})}
 
 
+def parse_env_kwargs(items: Sequence[str]) -> dict[str, Any]:
+    """``["split=validation", "top_k=3"]`` -> ``{"split": "validation", "top_k": 3}`` (values parsed as JSON when
+    they are JSON, else kept as text): the ``--env-kwarg`` / ``--eval-env-kwarg`` flags."""
+    import json
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise InvalidArgument(f"env kwarg {item!r} must be key=value, e.g. split=validation or top_k=3.")
+        try:
+            out[key.strip()] = json.loads(text)
+        except json.JSONDecodeError:
+            out[key.strip()] = text
+    return out
+
+
 @dataclass(frozen=True)
 class HeldOut:
     """A fixed held-out evaluation: which envs, how many tasks, which seed, and the generation budgets.

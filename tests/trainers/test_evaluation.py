@@ -14,7 +14,7 @@ from leaderboards.evaluate import task_seeds
 from leaderboards.families import FAMILIES
 from trainers.engines import Generation, SamplingConfig, stop_token_ids
 from trainers.episode import Episode
-from trainers.evaluation import HeldOut, evaluate_policy, held_out_kwargs, summarize
+from trainers.evaluation import HeldOut, evaluate_policy, held_out_kwargs, parse_env_kwargs, summarize
 
 ENV = "TurnRL/Arithmetic-v0"
 
@@ -49,6 +49,14 @@ def test_held_out_kwargs_take_the_family_split_and_overrides():
     assert held_out_kwargs("TurnRLTest/Unknown-v0", {"a": 1}) == {"a": 1}
     with pytest.raises(ValueError, match="no leaderboard family"):
         held_out_kwargs("TurnRLTest/Unknown-v0")
+
+
+def test_parse_env_kwargs_reads_json_values_and_names_bad_items():
+    assert parse_env_kwargs(["split=validation", "top_k=3", "dim=[5, 5]", "flag=true"]) == {
+        "split": "validation", "top_k": 3, "dim": [5, 5], "flag": True,
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="key=value"):
+        parse_env_kwargs(["split"])
 
 
 def test_scripted_engine_scores_the_leaderboards_tasks_greedily(tokenizer):

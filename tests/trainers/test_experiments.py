@@ -1,0 +1,225 @@
+"""Experiment specs, the grid runner (kill, resume, skip) and the aggregation's bootstrap over seeds."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from leaderboards.tables import ResultRow, append_row
+from trainers.experiments import (
+    DONE,
+    _start_record,
+    aggregate,
+    curves,
+    flags,
+    load_spec,
+    main,
+    peak_memory_gib,
+    seed_band,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+ENV = "TurnRL/Arithmetic-v0"
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_flags_render_toml_values_as_cli_options():
+    assert flags({"tasks_per_step": 4, "tree": True, "bf16": False, "env": ["a", "b"], "value_clip": None}) == [
+        "--tasks-per-step", "4", "--tree", "--no-bf16", "--env", "a", "b", "--value-clip", "none",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('name = "x"\ntrainer = "grpo"\nenv = "TurnRL/Arithmetic-v0"\nseeds = [0]\n[arms.a]\nstrategy = "mt_gpro"\n',
+         "Did you mean 'mt_grpo'"),
+        ('name = "x"\ntrainer = "grpo"\nenv = "TurnRL/Arithmetic-v0"\nseeds = [0]\n[budget]\ntask_per_step = 2\n'
+         '[arms.a]\nstrategy = "grpo_or"\n', "Did you mean 'tasks_per_step'"),
+        ('name = "x"\ntrainer = "grpo"\nenv = "TurnRL/Arithmetic-v0"\nseeds = [0]\n[budget]\nseed = 2\n'
+         '[arms.a]\nstrategy = "grpo_or"\n', "set by the runner"),
+        ('name = "x"\ntrainer = "grpo"\nenv = "TurnRL/Arithmetic-v0"\nseeds = [0, 0]\n[arms.a]\nstrategy = "grpo_or"\n',
+         "distinct ints"),
+        ('name = "x"\ntrainer = "grpo"\nenv = "TurnRL/Arithmetic-v0"\nseeds = [0]\n[arms.a]\nstrategy = "grpo_or"\n'
+         "group_size = 1\n", "--group-size=1"),
+        ('name = "x"\ntrainer = "ppo"\nenv = "TurnRL/Arithmetic-v0"\nseeds = [0]\n[arms.a]\nstrategy = "ppo_or"\n',
+         "must be one of"),
+    ],
+)  # fmt: skip
+def test_spec_errors_name_the_key_and_the_fix(tmp_path, text, message):
+    with pytest.raises(ValueError, match=message):
+        load_spec(_write(tmp_path / "bad.toml", text))
+
+
+def test_committed_specs_load_and_compare_the_papers_strategies():
+    specs = {p.stem: load_spec(p) for p in sorted((REPO / "experiments").glob("*.toml"))}
+    assert {s: [a.strategy for a in spec.arms] for s, spec in specs.items()} == {
+        "sokoban_mtppo": ["ppo_or", "ppo_mr", "mt_ppo"],
+        "wiki_mtgrpo": ["grpo_or", "grpo_mr", "mt_grpo"],
+        "wiki_mtppo": ["ppo_or", "ppo_mr", "mt_ppo"],
+    }
+    assert [len(specs[s].seeds) for s in ("sokoban_mtppo", "wiki_mtgrpo", "wiki_mtppo")] == [2, 3, 3]
+    for spec in specs.values():  # one budget for every arm: arms override nothing but their strategy
+        assert all(not arm.overrides for arm in spec.arms) and spec.warm_start is not None
+
+
+def test_a_changed_spec_refuses_to_resume_a_started_run(tmp_path):
+    _start_record(tmp_path, {"arm": "a"}, ["python", "-m", "trainers.grpo", "--steps", "4"])
+    _start_record(tmp_path, {"arm": "a"}, ["python", "-m", "trainers.grpo", "--steps", "4"])
+    assert len(json.loads((tmp_path / "run.json").read_text())["attempts"]) == 2
+    with pytest.raises(ValueError, match="different command"):
+        _start_record(tmp_path, {"arm": "a"}, ["python", "-m", "trainers.grpo", "--steps", "5"])
+
+
+def test_seed_band_is_the_percentile_bootstrap_by_hand():
+    # means of 4 draws from [0, 0, 0, 1]: P(0) = 0.316 > 2.5%, P(>= 0.75) = 0.051 > 2.5% > P(1) = 0.004
+    assert seed_band([0.0, 0.0, 0.0, 1.0]) == (0.25, 0.0, 0.75)
+    # 3 draws from [0.2, 0.4, 0.6]: P(all 0.2) = P(all 0.6) = 1/27 = 3.7% > 2.5%
+    assert seed_band([0.2, 0.4, 0.6]) == pytest.approx((0.4, 0.2, 0.6))
+    assert seed_band([0.5]) == (0.5, 0.5, 0.5)
+
+
+def _fake_run(run_dir: Path, seed: int, em: float, steps: list[dict]) -> None:
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
+    (run_dir / "config.json").write_text(json.dumps({"seed": seed, "lr": 1e-5}))
+    (run_dir / "run.json").write_text(json.dumps({"strategy": "grpo_or", "command": ["-m", "x"], "attempts": []}))
+    (run_dir / DONE).write_text(json.dumps({"git_sha": f"sha{seed}"}))
+    metric = {"estimate": em, "low": em - 0.1, "high": em + 0.1, "confidence": 0.95, "n_tasks": 8, "sd": None}
+    append_row(run_dir / "final-eval", ResultRow(env_id=ENV, env_version=0, env_kwargs={}, family="arithmetic",
+                                                 model="m", engine="transformers", seed=12345, git_sha="s",
+                                                 date="d", episodes=8, trials=1, temperature=0.0, max_new_tokens=4,
+                                                 max_turns=1, metrics={"success": metric}, seconds=1.0))  # fmt: skip
+
+
+def test_aggregate_bands_tables_and_rows_from_written_metric_files(tmp_path):
+    spec = load_spec(_write(tmp_path / "s.toml", f'name = "cmp"\ntrainer = "grpo"\nenv = "{ENV}"\n'
+                            'seeds = [0, 1, 2, 3]\n[budget]\nsft_episodes = 0\n[arms.a]\nstrategy = "grpo_or"\n'
+                            '[arms.b]\nstrategy = "mt_grpo"\n'))  # fmt: skip
+    root = tmp_path / "runs"
+    for seed, em in enumerate([0.0, 0.0, 0.0, 1.0]):
+        steps = [{"step": s, "reward/answer": em * s, "rollout/seconds": 2.0, "perf/step_seconds": 3.0,
+                  "rollout/tokens_per_s": 100.0 + seed, "perf/peak_memory_gib": 1.0 + s} for s in (1, 2)]  # fmt: skip
+        _fake_run(root / "cmp" / "a" / f"seed{seed}", seed, em, steps)
+    _fake_run(root / "cmp" / "b" / "seed0", 0, 0.5, [{"step": 1, "reward/answer": 0.5}])
+    (root / "cmp" / "b" / "seed1").mkdir(parents=True)
+    (root / "cmp" / "b" / "seed1" / "run.json").write_text("{}")  # started, not done: left out
+    table = aggregate(spec, root, tmp_path / "agg")
+    assert table["a"]["success"] == {"estimate": 0.25, "low": 0.0, "high": 0.75, "seeds": 4, "ci": "seeds"}
+    assert table["b"]["success"] == {"estimate": 0.5, "low": 0.4, "high": 0.6, "seeds": 1, "ci": "tasks"}
+    assert table["a"]["rollout s"] == 4.0 and table["a"]["wall s"] == 6.0
+    assert table["a"]["rollout tok/s"] == pytest.approx(101.5) and table["a"]["peak mem GiB"] == 3.0
+    assert table["a"]["runs"] == 4 and table["b"]["runs"] == 1
+    md = (tmp_path / "agg" / "table.md").read_text()
+    assert "| a | 4 | 0.250 [0.000, 0.750] | 6.0 | 4.0 |" in md
+    rows = [json.loads(line) for line in (tmp_path / "agg" / "runs.jsonl").read_text().splitlines()]
+    assert [(r["arm"], r["seed"], r["git_sha"]) for r in rows] == [("a", s, f"sha{s}") for s in range(4)] + [
+        ("b", 0, "sha0")
+    ]
+    assert rows[0]["config"]["lr"] == 1e-5 and rows[3]["final_eval"]["success"]["estimate"] == 1.0
+    assert (tmp_path / "agg" / "curves_train.png").stat().st_size > 1000
+    assert not (tmp_path / "agg" / "curves_eval.png").exists()  # no eval/ keys logged
+    band = curves({("a", s): [{"step": 2, "k": v}] for s, v in enumerate([0.0, 0.0, 0.0, 1.0])}, "k")
+    assert band == {"a": [(2, 0.25, 0.0, 0.75)]}
+    assert np.isclose(table["a"]["success"]["estimate"], np.mean([0, 0, 0, 1]))
+
+
+def test_runner_end_to_end_kill_resume_skip_and_aggregate(tmp_path, tiny_model_dir, capsys):
+    spec = _write(
+        tmp_path / "tiny.toml",
+        f"""
+name = "tiny"
+trainer = "grpo"
+env = "{ENV}"
+seeds = [0]
+[warm_start.args]
+model = "{tiny_model_dir}"
+policy = "scripted:oracle,scripted:wrong"
+episodes = 2
+batch_episodes = 2
+eval_tasks = 0
+max_context = 512
+bf16 = false
+threads = 1
+[budget]
+steps = 12
+tasks_per_step = 1
+group_size = 2
+max_new_tokens = 4
+max_context = 256
+max_turns = 1
+bf16 = false
+threads = 1
+engine = "transformers"
+[eval]
+tasks = 2
+seed = 3
+[arms.or]
+strategy = "grpo_or"
+""",
+    )
+    runs = tmp_path / "runs"
+    cmd = [sys.executable, "-m", "trainers.experiments", "run", str(spec), "--runs-dir", str(runs)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    first = runs / "tiny" / "or" / "seed0"
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)  # fmt: skip
+    deadline = time.time() + 240
+    while not (first / "latest").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)  # the machine goes down: runner and trainer die mid-run
+    proc.wait()
+    assert (first / "latest").exists(), proc.stdout.read().decode()[-3000:]
+    assert not (first / DONE).exists()
+    main(["status", str(spec), "--runs-dir", str(runs)])
+    shown = capsys.readouterr().out
+    assert "warm_start" in shown and "done" in shown and "or/seed0" in shown and "partial" in shown
+    assert "1 done, 1 partial, 0 pending" in shown
+
+    res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "resuming at step" in res.stdout and "building the warm start" not in res.stdout
+    record = json.loads((first / "run.json").read_text())
+    assert len(record["attempts"]) == 2 and record["attempts"][1]["from_step"] >= 1
+    assert record["seed"] == 0 and len(record["attempts"][0]["git_sha"]) >= 7
+    steps = [json.loads(line)["step"] for line in (first / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, 13))
+    assert all((runs / "tiny" / d / DONE).is_file() for d in ("warm_start", "or/seed0"))
+    row = json.loads((first / "final-eval" / "Arithmetic-v0.jsonl").read_text().splitlines()[-1])
+    assert row["episodes"] == 2 and row["seed"] == 3 and row["temperature"] == 0.0 and row["engine"] == "transformers"
+
+    res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.count("done, skipped") == 1, res.stdout + res.stderr[-2000:]
+
+    table = aggregate(load_spec(spec), runs, tmp_path / "agg")
+    assert set(table) == {"warm start", "or"} and table["or"]["success"]["ci"] == "tasks"
+    rows = [json.loads(line) for line in (tmp_path / "agg" / "runs.jsonl").read_text().splitlines()]
+    assert [(r["arm"], r["seed"]) for r in rows] == [("warm start", 0), ("or", 0)]
+    assert rows[1]["config"]["strategy"] == "grpo_or" and rows[1]["config"]["steps"] == 12
+
+
+def test_peak_memory_counts_this_process_and_its_children():
+    alone = peak_memory_gib()
+    ballast = b"x" * (300 * 2**20)  # written, so resident
+    code = "b = b'x' * (200 * 2**20); print('ready', flush=True); import time; time.sleep(60)"
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        with_child = peak_memory_gib()
+    finally:
+        child.kill()
+        child.wait()
+    assert alone > 0.01 and with_child > alone + 0.45 and len(ballast) > 0  # 300 MiB here + 200 MiB in the child

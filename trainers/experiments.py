@@ -1,0 +1,669 @@
+"""Experiments as files: one TOML spec per comparison, a runner that plays its grid and survives interruptions, and
+the aggregation of every run into curves with a band over seeds and a final table with bootstrap CIs.
+
+    python -m trainers.experiments run experiments/wiki_mtgrpo.toml        # play (or resume) the whole grid
+    python -m trainers.experiments status experiments/wiki_mtgrpo.toml     # done / partial / pending per run
+    python -m trainers.experiments aggregate experiments/wiki_mtgrpo.toml --out leaderboards/experiments/wiki_mtgrpo
+
+**The spec** (``experiments/README.md`` documents every field)::
+
+    name = "wiki_mtgrpo"                  # runs go to <runs-dir>/wiki_mtgrpo/<arm>/seed<k>
+    trainer = "grpo"                      # python -m trainers.grpo (or "mtppo")
+    env = ["TurnRL/WikiTwoTurn-v1"]
+    seeds = [0, 1, 2]
+    [warm_start]                          # built once (python -m trainers.sft), every arm starts from it (--init)
+    args = { episodes = 64, policy = "scripted:reference=0.3,scripted:direct=0.7" }
+    [budget]                              # RLConfig fields, the same for every arm
+    steps = 40
+    tasks_per_step = 4
+    [eval]                                # held-out greedy evaluation (trainers.evaluation)
+    tasks = 64
+    every = 10                            # also inside training, as eval/... in metrics.jsonl
+    [arms.grpo_or]
+    strategy = "grpo_or"                  # + any RLConfig field that differs for this arm
+
+**The grid** is played sequentially, warm start first, then seed by seed and arm by arm (so an interrupted grid has
+every arm at the same number of seeds). Each run is a subprocess ``python -m trainers.<trainer> ... --out-dir
+<run> --resume``: ``--resume`` continues from the run's last checkpoint (a fresh start when there is none), so a
+run killed at any point loses at most the step in flight. After training, the final policy is evaluated greedily
+on the held-out tasks by ``python -m leaderboards.evaluate`` (its row, with bootstrap CIs over tasks, goes to
+``<run>/final-eval/``), and only then ``<run>/DONE.json`` is written; a run with it is skipped. ``<run>/run.json``
+records the spec, arm, seed, the exact command and the git sha of every attempt; a run whose command changed since
+it started (the spec was edited) stops the runner instead of mixing two configs.
+
+**Aggregation** reads every run's ``metrics.jsonl`` and final evaluation: per arm and step, the mean over seeds and
+a 95% percentile-bootstrap band over seeds (``curves_eval.png`` for the in-training ``eval/...`` keys,
+``curves_train.png`` for the training rollouts' ``reward/...`` and ``env/...``); per arm, the held-out metrics'
+mean over seeds with a 95% bootstrap CI over seeds (with one seed: that run's CI over tasks), and the cost columns
+(wall time split into rollout / update / eval, rollout tokens/s, peak memory) when the metrics carry them;
+``table.md`` and ``runs.jsonl`` (one row per run: config, seed, git sha, final metrics with CIs, costs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import json
+import os
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agentgym_turn.error import InvalidArgument
+from agentgym_turn.metrics import bootstrap_ci
+
+TRAINERS = ("grpo", "mtppo", "rl")
+RUN_FIELDS_SET_BY_RUNNER = ("env", "strategy", "seed", "out_dir", "resume", "init")
+EVAL_FIELDS = {"every": "eval_every", "tasks": "eval_tasks", "seed": "eval_seed"}
+CONFIDENCE = 0.95
+BOOTSTRAP_SAMPLES = 2000
+DONE = "DONE.json"
+COST_COLUMNS = (  # (table header, metrics.jsonl key, how steps combine)
+    ("wall s", "perf/step_seconds", "sum"),
+    ("rollout s", "rollout/seconds", "sum"),
+    ("update s", "perf/update_seconds", "sum"),
+    ("eval s", "perf/eval_seconds", "sum"),
+    ("rollout tok/s", "rollout/tokens_per_s", "mean"),
+    ("train tok/s", "perf/train_tokens_per_s", "mean"),
+    ("peak mem GiB", "perf/peak_memory_gib", "max"),
+)
+
+
+# ---------------------------------------------------------------------------------------------------- the spec
+@dataclass(frozen=True)
+class Arm:
+    """One strategy of a comparison: its name (the run folder), strategy and RLConfig overrides."""
+
+    name: str
+    strategy: str
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """The shared starting checkpoint: ``python -m <module> --env ... --out-dir <runs>/<name>/warm_start <args>``."""
+
+    module: str = "trainers.sft"
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """Held-out greedy evaluation: ``tasks`` tasks drawn by ``seed`` with ``env_kwargs`` over the family's held-out
+    kwargs; ``every`` N steps inside training (0 = only the final evaluation)."""
+
+    tasks: int = 64
+    seed: int = 12_345
+    every: int = 0
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One comparison (see the module docstring and ``experiments/README.md``)."""
+
+    name: str
+    trainer: str
+    env: tuple[str, ...]
+    seeds: tuple[int, ...]
+    arms: tuple[Arm, ...]
+    budget: Mapping[str, Any] = field(default_factory=dict)
+    warm_start: WarmStart | None = None
+    eval: EvalSpec = field(default_factory=EvalSpec)
+    title: str = ""
+    paper: str = ""
+    curves: tuple[str, ...] = ()
+    path: str = ""
+
+    def runs(self, root: Path) -> list[Run]:
+        """The grid in play order: seed by seed, arm by arm."""
+        return [Run(arm, seed, root / self.name / arm.name / f"seed{seed}") for seed in self.seeds for arm in self.arms]
+
+    def warm_dir(self, root: Path) -> Path:
+        return root / self.name / "warm_start"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One cell of the grid."""
+
+    arm: Arm
+    seed: int
+    out_dir: Path
+
+
+def _rl_fields() -> dict[str, dataclasses.Field]:
+    from trainers.rl import RLConfig
+
+    return {f.name: f for f in dataclasses.fields(RLConfig)}
+
+
+def _check_fields(where: str, keys: Sequence[str], known: Mapping[str, Any], reserved: Sequence[str] = ()) -> None:
+    for key in keys:
+        if key in reserved:
+            raise InvalidArgument(f"{where}: {key!r} is set by the runner (from the spec's env/seeds/arms); remove it.")
+        if key not in known:
+            close = difflib.get_close_matches(key, list(known), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise InvalidArgument(f"{where}: {key!r} is not a field of {known.get('__name__', 'the config')}.{hint}")
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read and validate a TOML spec; errors name the file, the key and the fix."""
+    from trainers.credit import get_strategy
+
+    path = Path(path)
+    if not path.is_file():
+        raise InvalidArgument(f"experiment spec {str(path)!r} does not exist; see experiments/*.toml.")
+    with open(path, "rb") as f:
+        try:
+            data = tomllib.load(f)
+        except tomllib.TOMLDecodeError as exc:
+            raise InvalidArgument(f"{path}: not valid TOML ({exc}).") from None
+    where = str(path)
+    known = {"name", "title", "paper", "trainer", "env", "seeds", "warm_start", "budget", "eval", "arms", "curves"}
+    _check_fields(where, list(data), {k: None for k in known} | {"__name__": "a spec"})
+    for key in ("name", "trainer", "env", "seeds", "arms"):
+        if key not in data:
+            raise InvalidArgument(f"{where}: the spec needs {key!r} (see experiments/README.md).")
+    if data["trainer"] not in TRAINERS:
+        raise InvalidArgument(f"{where}: trainer={data['trainer']!r} must be one of {TRAINERS} (python -m trainers.X).")
+    env = [data["env"]] if isinstance(data["env"], str) else list(data["env"])
+    seeds = list(data["seeds"])
+    if not seeds or not all(isinstance(s, int) for s in seeds) or len(set(seeds)) != len(seeds):
+        raise InvalidArgument(f"{where}: seeds={seeds!r} must be a non-empty list of distinct ints, e.g. [0, 1, 2].")
+    rl = _rl_fields()
+    rl_known = {**rl, "__name__": "RLConfig (python -m trainers.rl --help)"}
+    budget = dict(data.get("budget", {}))
+    _check_fields(f"{where} [budget]", list(budget), rl_known, RUN_FIELDS_SET_BY_RUNNER)
+    arms = []
+    for name, table in dict(data["arms"]).items():
+        table = dict(table)
+        if "strategy" not in table:
+            raise InvalidArgument(f"{where} [arms.{name}]: needs strategy = '...' (a name of trainers.credit).")
+        get_strategy(table["strategy"])
+        strategy = table.pop("strategy")
+        _check_fields(f"{where} [arms.{name}]", list(table), rl_known, RUN_FIELDS_SET_BY_RUNNER)
+        arms.append(Arm(name, strategy, table))
+    if not arms:
+        raise InvalidArgument(f"{where}: [arms] is empty; add at least one [arms.NAME] with a strategy.")
+    warm = None
+    if "warm_start" in data:
+        table = dict(data["warm_start"])
+        _check_fields(f"{where} [warm_start]", list(table), {"module": None, "args": None, "__name__": "warm_start"})
+        warm = WarmStart(table.get("module", "trainers.sft"), dict(table.get("args", {})))
+    ev = dict(data.get("eval", {}))
+    _check_fields(f"{where} [eval]", list(ev), {k: None for k in ("tasks", "seed", "every", "env_kwargs")})
+    eval_spec = EvalSpec(**ev)
+    if eval_spec.tasks < 1 or eval_spec.every < 0:
+        raise InvalidArgument(f"{where} [eval]: tasks={eval_spec.tasks} must be >= 1 and every={eval_spec.every} >= 0.")
+    if eval_spec.every and "eval_every" not in rl:
+        raise InvalidArgument(
+            f"{where} [eval]: every={eval_spec.every} needs RLConfig.eval_every (the in-training evaluation hook of "
+            "trainers.rl); set every = 0 to evaluate the final policy only."
+        )
+    spec = Spec(name=str(data["name"]), trainer=data["trainer"], env=tuple(env), seeds=tuple(seeds), arms=tuple(arms),
+                budget=budget, warm_start=warm, eval=eval_spec, title=data.get("title", ""),
+                paper=data.get("paper", ""), curves=tuple(data.get("curves", ())), path=str(path))  # fmt: skip
+    for run in spec.runs(Path("runs")):  # every arm's config must construct (bad values fail now, not at seed 2)
+        _config_of(spec, run, None)
+    return spec
+
+
+# ---------------------------------------------------------------------------------------------------- commands
+def flags(values: Mapping[str, Any]) -> list[str]:
+    """``{"tasks_per_step": 4, "tree": True, "env": ["a", "b"]}`` -> ``--tasks-per-step 4 --tree --env a b``."""
+    out: list[str] = []
+    for key, value in values.items():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            out.append(flag if value else "--no-" + key.replace("_", "-"))
+        elif isinstance(value, list | tuple):
+            out += [flag, *(str(v) for v in value)]
+        elif value is None:
+            out += [flag, "none"]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
+def _run_values(spec: Spec, run: Run, warm: Path | None) -> dict[str, Any]:
+    values: dict[str, Any] = {"env": list(spec.env), "strategy": run.arm.strategy, "seed": run.seed}
+    if warm is not None:
+        values["init"] = str(warm)
+    values.update(spec.budget)
+    if spec.eval.every:
+        values.update(eval_every=spec.eval.every, eval_tasks=spec.eval.tasks, eval_seed=spec.eval.seed)
+        if spec.eval.env_kwargs:
+            values["eval_env_kwarg"] = [f"{k}={json.dumps(v)}" for k, v in spec.eval.env_kwargs.items()]
+    values.update(run.arm.overrides)
+    return values
+
+
+def _config_of(spec: Spec, run: Run, warm: Path | None) -> Any:
+    """The RLConfig a run trains with, under its trainer's CLI defaults (constructing it validates the values)."""
+    import importlib
+
+    from trainers.rl import RLConfig
+
+    defaults = getattr(importlib.import_module(f"trainers.{spec.trainer}"), "DEFAULTS", {})
+    try:
+        return RLConfig(**{**defaults, **_run_values(spec, run, warm), "out_dir": str(run.out_dir)})
+    except (InvalidArgument, TypeError) as exc:
+        raise InvalidArgument(f"{spec.path} [arms.{run.arm.name}]: {exc}") from None
+
+
+def eval_budget(cfg: Any) -> dict[str, Any]:
+    """The generation budgets and engine of a training config, for its final evaluation."""
+    out = {"max_new_tokens": cfg.max_new_tokens, "max_turns": cfg.max_turns, "max_context": cfg.max_context,
+           "engine": cfg.engine}  # fmt: skip
+    if cfg.threads:
+        out["threads"] = cfg.threads
+    return out
+
+
+def train_command(spec: Spec, run: Run, warm: Path | None) -> list[str]:
+    """``python -m trainers.<trainer> <flags> --out-dir <run> --resume`` for one run."""
+    values = _run_values(spec, run, warm)
+    return [sys.executable, "-m", f"trainers.{spec.trainer}", *flags(values), "--out-dir", str(run.out_dir),
+            "--resume"]  # fmt: skip
+
+
+def eval_commands(spec: Spec, policy: Path, out: Path, budget: Mapping[str, Any]) -> list[list[str]]:
+    """One ``python -m leaderboards.evaluate`` per env id: greedy, the held-out tasks, ``budget`` (see
+    :func:`eval_budget`) as flags."""
+    cmds = []
+    for env_id in spec.env:
+        cmd = [sys.executable, "-m", "leaderboards.evaluate", "--env", env_id, "--model", str(policy),
+               "--episodes", str(spec.eval.tasks), "--seed", str(spec.eval.seed), "--temperature", "0",
+               "--results-dir", str(out), "--no-tables"]  # fmt: skip
+        for key, value in budget.items():
+            cmd += ["--" + key.replace("_", "-"), str(value)]
+        for key, value in spec.eval.env_kwargs.items():
+            cmd += ["--env-kwarg", f"{key}={json.dumps(value)}"]
+        cmds.append(cmd)
+    return cmds
+
+
+# ---------------------------------------------------------------------------------------------------- state
+def git_sha() -> str:
+    """The commit the code is at (``leaderboards.evaluate.git_sha``)."""
+    from leaderboards.evaluate import git_sha as sha
+
+    return sha()
+
+
+def trained_steps(run_dir: Path) -> int:
+    """Steps of the run's latest checkpoint (0 without one)."""
+    from trainers.checkpoint import latest_checkpoint
+
+    ckpt = latest_checkpoint(run_dir)
+    return 0 if ckpt is None else int(ckpt.name.rsplit("-", 1)[1])
+
+
+def run_state(run_dir: Path) -> str:
+    """``"done"`` (``DONE.json``), ``"partial"`` (started: ``run.json`` or a checkpoint) or ``"pending"``."""
+    if (run_dir / DONE).is_file():
+        return "done"
+    return "partial" if (run_dir / "run.json").is_file() or (run_dir / "latest").is_file() else "pending"
+
+
+def _write_json(path: Path, data: Any) -> None:
+    from trainers.checkpoint import atomic_write_text
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def _start_record(run_dir: Path, record: dict[str, Any], command: list[str]) -> None:
+    """Record this attempt in ``run.json``; refuse when the recorded command differs (the spec changed)."""
+    path = run_dir / "run.json"
+    shown = command[1:]  # the interpreter path is machine-specific
+    if path.is_file():
+        old = json.loads(path.read_text())
+        if old["command"] != shown:
+            raise InvalidArgument(
+                f"{run_dir} was started with a different command (the spec changed since):\n  was {old['command']}\n"
+                f"  now {shown}\nRestore the spec, or delete {run_dir} to start this run over."
+            )
+        record = old
+    else:
+        record = {**record, "command": shown, "attempts": []}
+    record["attempts"].append({"git_sha": git_sha(), "started": _now(), "from_step": trained_steps(run_dir)})
+    _write_json(path, record)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _call(cmd: list[str], log: Path) -> None:
+    """Run ``cmd`` (cwd: the repository), appending its output to ``log``; a failure raises with the log's tail."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH")) if p)}
+    with open(log, "a") as f:
+        f.write(f"\n$ {' '.join(cmd[1:])}  # {_now()}\n")
+        f.flush()
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, check=False).returncode
+    if rc != 0:
+        tail = log.read_text()[-3000:]
+        raise RuntimeError(f"{' '.join(cmd[1:4])} ... exited with {rc}; its log {log} ends with:\n{tail}")
+
+
+# ---------------------------------------------------------------------------------------------------- run
+def build_warm_start(spec: Spec, root: Path) -> Path | None:
+    """Build the shared warm start once (its ``DONE.json`` marks it built); returns its folder."""
+    if spec.warm_start is None:
+        return None
+    out = spec.warm_dir(root)
+    if (out / DONE).is_file():
+        return out
+    args = {"env": list(spec.env), **spec.warm_start.args, "out_dir": str(out)}
+    cmd = [sys.executable, "-m", spec.warm_start.module, *flags(args)]
+    print(f"[experiments] {spec.name}: building the warm start in {out}", flush=True)
+    _start_record(out, {"spec": spec.path, "arm": "warm_start", "seed": args.get("seed", 0)}, cmd)
+    t0 = time.perf_counter()
+    _call(cmd, out / "log.txt")
+    policy = out / "policy" if (out / "policy" / "config.json").is_file() else out
+    budget = eval_budget(_config_of(spec, spec.runs(root)[0], None))  # the arms' budgets
+    for c in eval_commands(spec, policy, out / "final-eval", budget):
+        _call(c, out / "log.txt")
+    _write_json(out / DONE, {"git_sha": git_sha(), "finished": _now(), "seconds": time.perf_counter() - t0})
+    return out
+
+
+def play_run(spec: Spec, run: Run, warm: Path | None) -> None:
+    """Train (or resume) one run, evaluate its final policy, mark it done."""
+    from trainers.checkpoint import policy_folder
+
+    cfg = _config_of(spec, run, warm)
+    cmd = train_command(spec, run, warm)
+    _start_record(run.out_dir, {"spec": spec.path, "name": spec.name, "arm": run.arm.name,
+                                "strategy": run.arm.strategy, "seed": run.seed}, cmd)  # fmt: skip
+    t0 = time.perf_counter()
+    done_steps = trained_steps(run.out_dir)
+    if done_steps < cfg.steps:
+        print(f"[experiments] {spec.name}/{run.arm.name}/seed{run.seed}: "
+              f"{'resuming at step ' + str(done_steps) if done_steps else 'starting'} ({cfg.steps} steps)",
+              flush=True)  # fmt: skip
+        _call(cmd, run.out_dir / "log.txt")
+    if trained_steps(run.out_dir) != cfg.steps:
+        raise RuntimeError(f"{run.out_dir}: the trainer exited 0 but its checkpoint is not at step {cfg.steps}.")
+    evaluated = run.out_dir / "final-eval"
+    if evaluated.exists():  # a killed evaluation may have written a row: start the evaluation over
+        for old in evaluated.glob("*.jsonl"):
+            old.unlink()
+    for c in eval_commands(spec, Path(policy_folder(str(run.out_dir))), evaluated, eval_budget(cfg)):
+        _call(c, run.out_dir / "log.txt")
+    _write_json(run.out_dir / DONE, {"git_sha": git_sha(), "finished": _now(), "seconds": time.perf_counter() - t0})
+
+
+def run_grid(spec: Spec, root: Path) -> None:
+    """Play the warm start and every run not yet done, sequentially."""
+    warm = build_warm_start(spec, root)
+    for run in spec.runs(root):
+        if run_state(run.out_dir) == "done":
+            print(f"[experiments] {spec.name}/{run.arm.name}/seed{run.seed}: done, skipped", flush=True)
+            continue
+        play_run(spec, run, warm)
+    print(f"[experiments] {spec.name}: all {len(spec.runs(root))} runs done; "
+          f"aggregate with: python -m trainers.experiments aggregate {spec.path}", flush=True)  # fmt: skip
+
+
+def status(spec: Spec, root: Path) -> list[tuple[str, str, int]]:
+    """``(name, state, trained steps)`` of the warm start and every run, in play order."""
+    rows = []
+    if spec.warm_start is not None:
+        rows.append(("warm_start", run_state(spec.warm_dir(root)), 0))
+    for run in spec.runs(root):
+        steps = trained_steps(run.out_dir) if run.out_dir.is_dir() else 0
+        rows.append((f"{run.arm.name}/seed{run.seed}", run_state(run.out_dir), steps))
+    return rows
+
+
+def peak_memory_gib() -> float:
+    """Peak resident memory (GiB) of this process plus its live child processes (vLLM's engine core runs in one):
+    the sum of each process's high-water mark ``VmHWM`` (an upper bound of the peak of the sum). Where ``/proc``
+    is missing: this process's ``ru_maxrss``."""
+    import resource
+
+    proc = Path("/proc")
+    if not (proc / "self" / "status").is_file():
+        scale = 2**30 if sys.platform == "darwin" else 2**20  # ru_maxrss: bytes on macOS, KiB elsewhere
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale
+
+    def hwm_kib(pid: str) -> int:
+        try:
+            status = (proc / pid / "status").read_text()
+        except OSError:  # the process ended in between
+            return 0
+        return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0)
+
+    def children(pid: str) -> list[str]:
+        out = []
+        for task in (proc / pid / "task").glob("*"):
+            try:
+                out += (task / "children").read_text().split()
+            except OSError:
+                continue
+        return out
+
+    total, todo, seen = 0, [str(os.getpid())], set()
+    while todo:
+        pid = todo.pop()
+        if pid not in seen:
+            seen.add(pid)
+            total += hwm_kib(pid)
+            todo += children(pid)
+    return total / 2**20
+
+
+# ---------------------------------------------------------------------------------------------------- aggregate
+def seed_band(values: Sequence[float], seed: int = 0) -> tuple[float, float, float]:
+    """(mean, low, high): the mean over seeds and its 95% percentile-bootstrap interval (one value: no width)."""
+    ci = bootstrap_ci(values, confidence=CONFIDENCE, n_boot=BOOTSTRAP_SAMPLES, seed=seed)
+    return ci.estimate, ci.low, ci.high
+
+
+def curves(runs: Mapping[tuple[str, int], list[dict]], key: str) -> dict[str, list[tuple[int, float, float, float]]]:
+    """Per arm: ``(step, mean, low, high)`` over the seeds that logged ``key`` at that step."""
+    by_arm: dict[str, dict[int, list[float]]] = {}
+    for (arm, _seed), rows in runs.items():
+        for row in rows:
+            if key in row:
+                by_arm.setdefault(arm, {}).setdefault(int(row["step"]), []).append(float(row[key]))
+    return {arm: [(s, *seed_band(v)) for s, v in sorted(steps.items())] for arm, steps in by_arm.items()}
+
+
+def costs(rows: Sequence[dict]) -> dict[str, float]:
+    """A run's cost columns (:data:`COST_COLUMNS`) that its metrics carry."""
+    out = {}
+    for header, key, how in COST_COLUMNS:
+        values = [float(r[key]) for r in rows if key in r]
+        if values:
+            out[header] = float({"sum": np.sum, "mean": np.mean, "max": np.max}[how](values))
+    return out
+
+
+def plot_curves(runs: Mapping[tuple[str, int], list[dict]], keys: Sequence[str], path: Path, title: str) -> bool:
+    """One panel per key, one line per arm with its band over seeds; ``False`` (nothing written) without data."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(k, curves(runs, k)) for k in keys]
+    panels = [(k, c) for k, c in panels if c]
+    if not panels:
+        return False
+    cols = min(3, len(panels))
+    nrows = (len(panels) + cols - 1) // cols
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False)
+    for ax, (key, per_arm) in zip(axes.flat, panels, strict=False):
+        for arm, pts in sorted(per_arm.items()):
+            steps, mean, low, high = (np.array(x, dtype=float) for x in zip(*pts, strict=True))
+            ax.plot(steps, mean, marker="o", ms=2.5, label=arm)
+            ax.fill_between(steps, low, high, alpha=0.2)
+        ax.set_title(key, fontsize=9)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend(fontsize=8)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.axis("off")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def _final_rows(run_dir: Path) -> list[Any]:
+    from leaderboards.tables import read_rows
+
+    return read_rows(run_dir / "final-eval") if (run_dir / "final-eval").is_dir() else []
+
+
+def arm_metric(per_seed: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """An arm's held-out metric from its seeds' ``{estimate, low, high}``: mean over seeds with a bootstrap CI over
+    seeds, or the single run's own CI over tasks."""
+    if len(per_seed) == 1:
+        m = per_seed[0]
+        return {"estimate": m["estimate"], "low": m["low"], "high": m["high"], "seeds": 1, "ci": "tasks"}
+    mean, low, high = seed_band([m["estimate"] for m in per_seed])
+    return {"estimate": mean, "low": low, "high": high, "seeds": len(per_seed), "ci": "seeds"}
+
+
+def aggregate(spec: Spec, root: Path, out: Path) -> dict[str, Any]:
+    """Write ``curves_eval.png``, ``curves_train.png``, ``table.md`` and ``runs.jsonl`` to ``out``; returns the
+    table as ``{arm: {column: value}}``."""
+    from trainers.metrics import read_jsonl
+
+    out.mkdir(parents=True, exist_ok=True)
+    metrics: dict[tuple[str, int], list[dict]] = {}
+    records = []
+    groups: list[tuple[str, list[tuple[int, Path]]]] = []
+    if spec.warm_start is not None:
+        groups.append(("warm start", [(int(spec.warm_start.args.get("seed", 0)), spec.warm_dir(root))]))
+    for arm in spec.arms:
+        groups.append((arm.name, [(r.seed, r.out_dir) for r in spec.runs(root) if r.arm.name == arm.name]))
+    table: dict[str, dict[str, Any]] = {}
+    for arm, cells in groups:
+        finals: dict[str, list[dict]] = {}
+        cost_rows: list[dict[str, float]] = []
+        for seed, run_dir in cells:
+            if run_state(run_dir) != "done":
+                continue
+            rows = read_jsonl(run_dir / "metrics.jsonl")
+            if arm != "warm start":
+                metrics[(arm, seed)] = rows
+            final = {}
+            for row in _final_rows(run_dir):
+                env_name = row.env_id.rsplit("/", 1)[-1]
+                for key, m in row.metrics.items():
+                    final[key if len(spec.env) == 1 else f"{env_name}/{key}"] = m
+            for key, m in final.items():
+                finals.setdefault(key, []).append(m)
+            cost = costs(rows) if arm != "warm start" else {}
+            cost_rows.append(cost)
+            record = json.loads((run_dir / "run.json").read_text())
+            config_path = run_dir / "config.json"
+            records.append({
+                "spec": spec.name, "arm": arm, "strategy": record.get("strategy", "sft"), "seed": seed,
+                "git_sha": json.loads((run_dir / DONE).read_text())["git_sha"],
+                "attempts": record["attempts"], "command": record["command"],
+                "config": json.loads(config_path.read_text()) if config_path.is_file() else {},
+                "final_eval": final, "costs": cost,
+            })  # fmt: skip
+        if not cost_rows:
+            continue
+        entry: dict[str, Any] = {key: arm_metric(values) for key, values in finals.items()}
+        for header, _key, _how in COST_COLUMNS:
+            values = [c[header] for c in cost_rows if header in c]
+            if values:
+                entry[header] = float(np.mean(values))
+        entry["runs"] = len(cost_rows)
+        table[arm] = entry
+    with open(out / "runs.jsonl", "w") as f:
+        for rec in records:
+            f.write(json.dumps(rec, sort_keys=True) + "\n")
+    (out / "table.md").write_text(render_table(spec, table))
+    eval_keys = list(spec.curves) or sorted({k for rows in metrics.values() for r in rows for k in r
+                                             if k.startswith(("eval/env/", "eval/reward/"))})  # fmt: skip
+    train_keys = sorted({k for rows in metrics.values() for r in rows for k in r if k.startswith("reward/")}) + [
+        k for k in ("env/tool_called", "env/exact_match", "env/success", "rollout/return")
+        if any(k in r for rows in metrics.values() for r in rows)
+    ]  # fmt: skip
+    title = spec.title or spec.name
+    plot_curves(metrics, eval_keys, out / "curves_eval.png", f"{title}: held-out, greedy (mean, 95% CI over seeds)")
+    plot_curves(metrics, train_keys, out / "curves_train.png", f"{title}: training rollouts (mean, 95% CI over seeds)")
+    return table
+
+
+def render_table(spec: Spec, table: Mapping[str, Mapping[str, Any]]) -> str:
+    """Markdown: one row per arm, the held-out metrics as ``mean [low, high]``, then the cost columns."""
+    metric_keys = sorted({k for entry in table.values() for k, v in entry.items() if isinstance(v, dict)})
+    cost_keys = [h for h, _k, _how in COST_COLUMNS if any(h in e for e in table.values())]
+    head = ["arm", "runs", *metric_keys, *cost_keys]
+    lines = [
+        f"### {spec.title or spec.name}",
+        "",
+        f"Held-out greedy evaluation ({spec.eval.tasks} tasks, seed {spec.eval.seed}) of the final policy: mean over "
+        "seeds [95% bootstrap CI over seeds; with one run, over tasks]. Costs: mean per run.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for arm, entry in table.items():
+        cells = [arm, str(entry["runs"])]
+        for key in metric_keys:
+            m = entry.get(key)
+            cells.append("" if m is None else f"{m['estimate']:.3f} [{m['low']:.3f}, {m['high']:.3f}]")
+        for key in cost_keys:
+            cells.append(f"{entry[key]:.1f}" if key in entry else "")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------- CLI
+def main(argv: Sequence[str] | None = None) -> int:
+    """``run | status | aggregate SPEC``."""
+    parser = argparse.ArgumentParser(prog="python -m trainers.experiments", description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=("run", "status", "aggregate"))
+    parser.add_argument("spec", help="experiment spec, e.g. experiments/wiki_mtgrpo.toml")
+    parser.add_argument("--runs-dir", default="runs", help="where runs go: <runs-dir>/<name>/<arm>/seed<k>")
+    parser.add_argument("--out", default=None, help="aggregate: output folder (default <runs-dir>/<name>/aggregate)")
+    args = parser.parse_args(argv)
+    try:
+        spec = load_spec(args.spec)
+    except InvalidArgument as exc:
+        parser.error(str(exc))
+    root = Path(args.runs_dir)
+    if args.command == "run":
+        run_grid(spec, root)
+    elif args.command == "status":
+        rows = status(spec, root)
+        for name, state, steps in rows:
+            print(f"{name:32s} {state:8s} {'' if name == 'warm_start' else f'step {steps}'}")
+        counts = {s: sum(r[1] == s for r in rows) for s in ("done", "partial", "pending")}
+        print(f"{spec.name}: {counts['done']} done, {counts['partial']} partial, {counts['pending']} pending")
+    else:
+        out = Path(args.out) if args.out else root / spec.name / "aggregate"
+        table = aggregate(spec, root, out)
+        print((out / "table.md").read_text())
+        print(f"[experiments] {len(table)} rows; curves and runs.jsonl in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
