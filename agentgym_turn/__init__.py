@@ -6,7 +6,7 @@ Importing this package registers every ``TurnRL/...`` id with Gymnasium::
     import agentgym_turn
 
     gym.register_envs(agentgym_turn)
-    env = gym.make("TurnRL/WikiTwoTurn-v0")
+    env = gym.make("TurnRL/WikiTwoTurn-v1")
 
 This package is the contract (:class:`TurnEnv`) and the shared building blocks (parsing, answers, tools,
 retrieval, chat clients, errors). It never imports torch.

@@ -115,7 +115,7 @@ FAMILIES: dict[str, Family] = {
         name="wiki_two_turn",
         title="WikiTwoTurn (MT-GRPO)",
         paper="000_… Table 2: mean reward components on the validation set",
-        env_ids=("TurnRL/WikiTwoTurn-v0",),
+        env_ids=("TurnRL/WikiTwoTurn-v1",),
         columns=(
             Column("tool_execution", "Tool Execution (0-0.2)", "reward/tool_execution"),
             Column("search_answer", "Search Answer (0-0.5)", "reward/search_answer"),
@@ -126,13 +126,15 @@ FAMILIES: dict[str, Family] = {
         max_new_tokens=128,
         env_kwargs={"split": "validation"},
         notes="Reported rows: Qwen2.5-7B on TriviaQA with pyserini Wikipedia search, after 300 GRPO steps. Our rows: "
-        "the offline questions of the bundled ~10k-article corpus (BM25), validation split.",
+        "the offline `facts-v1` questions of the bundled ~10k-article corpus (BM25 top-1), validation split; "
+        "`scripted:reference` answers whenever its verbatim search returns the answer (the task's search-answer "
+        "oracle), `scripted:title` copies the first hit's title (EM 0.94 on v0's `lead-v0` questions).",
     ),
     "search_r1": Family(
         name="search_r1",
         title="SearchR1 (MT-PPO)",
         paper="001_… Table 2: answer (exact match), format and retrieval correctness per dataset",
-        env_ids=("TurnRL/SearchR1-v0",),
+        env_ids=("TurnRL/SearchR1-v1",),
         columns=(
             Column("answer", "Answer Correctness (EM)", "env/answer_correct"),
             Column("format", "Format Correctness", "env/format_correct"),
@@ -143,7 +145,8 @@ FAMILIES: dict[str, Family] = {
         env_kwargs={"dataset": "wiki", "split": "test"},
         group_by=("dataset",),
         notes="Reported rows: Qwen2.5-7B, E5 retriever over the 2018 Wikipedia dump, 3 passages, 4 turns (the paper's "
-        "Table 2 gives no retrieval row). Our rows: the offline 1/2-hop questions (`dataset=wiki`) over BM25.",
+        "Table 2 gives no retrieval row). Our rows: the offline `facts-v1` 1/2-hop questions (`dataset=wiki`, 25% "
+        "two-hop) over BM25; `scripted:oracle` plays the questions' oracle queries.",
     ),
     "sokoban": Family(
         name="sokoban",

@@ -13,8 +13,8 @@ ev() {
 }
 
 if [[ "$what" == scripted || "$what" == all ]]; then
-  for p in reference direct; do ev --env TurnRL/WikiTwoTurn-v0 --model "scripted:$p" --episodes 128; done
-  for p in oracle direct; do ev --env TurnRL/SearchR1-v0 --model "scripted:$p" --episodes 128; done
+  for p in reference title direct; do ev --env TurnRL/WikiTwoTurn-v1 --model "scripted:$p" --episodes 128; done
+  for p in oracle direct; do ev --env TurnRL/SearchR1-v1 --model "scripted:$p" --episodes 128; done
   for p in bfs random; do ev --env TurnRL/Sokoban-v1 --model "scripted:$p" --episodes 128; done
   # τ-bench under both protocols: without the output check (TARL's, the family default) and with it (003 App. D)
   for env in TauRetail-v1 TauAirline-v1; do
@@ -32,10 +32,10 @@ fi
 
 if [[ "$what" == model || "$what" == all ]]; then
   m=(--model smollm2 --threads 1)
-  ev --env TurnRL/WikiTwoTurn-v0 "${m[@]}" --batch-size 16 --episodes 16 --max-new-tokens 96
+  ev --env TurnRL/WikiTwoTurn-v1 "${m[@]}" --batch-size 16 --episodes 16 --max-new-tokens 96
   ev --env TurnRL/Sokoban-v1 "${m[@]}" --batch-size 16 --episodes 16 --max-new-tokens 64
   ev --env TurnRL/Arithmetic-v0 "${m[@]}" --batch-size 16 --episodes 16 --max-new-tokens 96 --max-turns 1
-  ev --env TurnRL/SearchR1-v0 "${m[@]}" --batch-size 16 --episodes 16 --max-new-tokens 64 --max-turns 2
+  ev --env TurnRL/SearchR1-v1 "${m[@]}" --batch-size 16 --episodes 16 --max-new-tokens 64 --max-turns 2
   # τ-bench prompts are ~5k tokens (policy + tool schemas) and the engine re-reads the whole context every turn:
   # on the shared 2-core machine even 8 episodes x 2 turns did not finish in 25 min, so: 2 tasks x 2 trials, the
   # first turn only (an episode the env has not ended by then is cut and scored as a failure).

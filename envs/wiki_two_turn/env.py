@@ -31,7 +31,8 @@ from agentgym_turn.parsing import JSON_MODES, ParseError, extract_tag, parse_too
 from agentgym_turn.retrieval import Retriever
 from agentgym_turn.tools import Tool, ToolError, ToolFailure, call_tool
 from envs.wiki_two_turn import rewards as R
-from envs.wiki_two_turn.questions import SPLITS, load_triviaqa, wiki_questions
+from envs.wiki_two_turn.questions import FACTS_SET, SPLITS, load_triviaqa, wiki_questions
+from envs.wikiqa import occurs, sentences
 
 TOOL_NAME = "wiki_search"
 NO_TOOL_ERROR = "Error: Tool command not found or invalid XML format. Please ensure correct formatting."
@@ -156,8 +157,12 @@ class WikiTwoTurnEnv(TurnEnv):
     turn-level components are then 0 and the outcome is paid at once). Never truncated by the env itself.
 
     ## Arguments
-    ``gym.make("TurnRL/WikiTwoTurn-v1", dataset="wiki", split="train", top_k=1, tool_parsing="strict")``:
+    ``gym.make("TurnRL/WikiTwoTurn-v1", dataset="wiki", question_set="facts-v1", split="train", top_k=1,
+    tool_parsing="strict")``:
         * ``dataset``: ``"wiki"`` (offline questions derived from the corpus) or ``"triviaqa"`` (HF hub).
+        * ``question_set``: the offline set (``dataset="wiki"``): ``"facts-v1"`` (default: templated questions
+          about facts inside the leads, span answers, 27% two-hop) or ``"lead-v0"`` (v0's set, whose answer is the
+          first hit's title); see :mod:`envs.wiki_two_turn.questions` for both and their measured difficulty.
         * ``split``: ``"train"``, ``"validation"`` or ``"test"`` (TriviaQA: train/validation).
         * ``tasks``: an explicit list of ``{"question", "answers", "id"?}`` instead of a dataset.
         * ``retriever``: a :class:`~agentgym_turn.retrieval.Retriever`; default the bundled Lucene BM25 index.
@@ -181,6 +186,13 @@ class WikiTwoTurnEnv(TurnEnv):
       tolerantly, so ``<tool>Sure: {'name': 'wiki_search', 'args': {...}}</tool>`` or a fenced block earned
       ``tool_execution`` 0.2 + ``search_answer`` 0.5 although the paper pays 0.2 only for a properly formatted call
       and the prompt says "Tool calls must be valid JSON". v0's behaviour is ``tool_parsing="tolerant"``.
+      The default offline questions are the ``facts-v1`` set: v0's questions were a lead's first sentence minus its
+      subject, answered by the first hit's title (searching verbatim and copying the title scored EM 0.94 on
+      validation, beside the paper's best trained 7B model at ~0.5, so the turn-level signal never varied). On
+      ``facts-v1`` (validation, top-1 BM25) that policy scores EM 0.007; a verbatim search returns a passage
+      containing the answer for 0.705 of the questions (search + oracle span); answering without search with the
+      most frequent answer scores 0.069. v0's set: ``question_set="lead-v0"``. The ``reference`` scripted policy
+      answers with the gold answer when the result contains it (v0's copied the title: that is now ``title``).
     """
 
     reward_levels: ClassVar[dict[str, str]] = {
@@ -205,6 +217,7 @@ class WikiTwoTurnEnv(TurnEnv):
         max_result_chars: int | None = None,
         max_action_chars: int = 32_768,
         tool_parsing: str = "strict",
+        question_set: str = FACTS_SET,
         render_mode: str | None = None,
     ) -> None:
         super().__init__(render_mode=render_mode, max_action_chars=max_action_chars)
@@ -223,7 +236,7 @@ class WikiTwoTurnEnv(TurnEnv):
             if not self._tasks:
                 raise InvalidArgument("tasks=[] is empty; pass at least one {'question', 'answers'} task.")
         elif dataset == "wiki":
-            self._tasks = tuple(wiki_questions(split))
+            self._tasks = tuple(wiki_questions(split, question_set=question_set))
         elif dataset == "triviaqa":
             self._tasks = tuple(load_triviaqa(split))
         else:
@@ -325,16 +338,49 @@ def _question(env: TurnEnv) -> str:
     return env.task["question"]
 
 
-def reference_policy(env: TurnEnv, rng: np.random.Generator) -> str:
-    """Search the question verbatim, then answer with the title of the top result (the first result line)."""
+def _search_call(env: TurnEnv) -> str:
+    call = json.dumps({"name": TOOL_NAME, "args": {"query": _question(env)}})
+    return f"<reasoning>I will look this up on Wikipedia.</reasoning>\n<tool>{call}</tool>"
+
+
+def _result_text(env: TurnEnv) -> str | None:
+    """The text of the last ``<result>`` (``None`` when the search failed or found nothing)."""
+    result = (extract_tag(str(env.history[-1]["content"]), "result") or "").strip()
+    if not result or result.startswith("Error:") or result == NO_RESULTS:
+        return None
+    return result
+
+
+def title_policy(env: TurnEnv, rng: np.random.Generator) -> str:
+    """Search the question verbatim, then answer with the title of the top result (v0's ``reference``)."""
     if env.turn == 0:
-        call = json.dumps({"name": TOOL_NAME, "args": {"query": _question(env)}})
-        return f"<reasoning>I will look this up on Wikipedia.</reasoning>\n<tool>{call}</tool>"
-    result = extract_tag(str(env.history[-1]["content"]), "result") or ""
-    title = result.strip().split("\n", 1)[0].strip()
-    if not title or title.startswith("Error:") or title == NO_RESULTS:
+        return _search_call(env)
+    result = _result_text(env)
+    if result is None:
         return "<reasoning>The search did not help and I do not know.</reasoning>\n<answer>unknown</answer>"
+    title = result.split("\n", 1)[0].strip()
     reasoning = f"<reasoning>The top article is about {title}, which fits the question.</reasoning>"
+    return f"{reasoning}\n<answer>{title}</answer>"
+
+
+def reference_policy(env: TurnEnv, rng: np.random.Generator) -> str:
+    """Search the question verbatim; then quote the result's sentence holding a gold answer and answer with it.
+
+    The oracle of the task's search-answer reward: it solves every question whose verbatim search returns the
+    answer. When the result does not contain one, it says so and answers with the top result's title.
+    """
+    if env.turn == 0:
+        return _search_call(env)
+    result = _result_text(env)
+    if result is None:
+        return "<reasoning>The search did not help and I do not know.</reasoning>\n<answer>unknown</answer>"
+    for answer in env.task["answers"]:
+        for sentence in sentences(result.replace("\n", " ")):
+            if occurs(sentence, answer):
+                reasoning = f"<reasoning>The result says: {sentence.strip()} So the answer is {answer}.</reasoning>"
+                return f"{reasoning}\n<answer>{answer}</answer>"
+    title = result.split("\n", 1)[0].strip()
+    reasoning = f"<reasoning>The result does not say it; my best guess is {title}.</reasoning>"
     return f"{reasoning}\n<answer>{title}</answer>"
 
 
@@ -346,4 +392,4 @@ def direct_policy(env: TurnEnv, rng: np.random.Generator) -> str:
     return f"<reasoning>I think I know this without searching.</reasoning>\n<answer>{guess}</answer>"
 
 
-WikiTwoTurnEnv.scripted_policies = {"reference": reference_policy, "direct": direct_policy}
+WikiTwoTurnEnv.scripted_policies = {"reference": reference_policy, "title": title_policy, "direct": direct_policy}
