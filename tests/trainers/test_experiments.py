@@ -196,7 +196,7 @@ strategy = "grpo_or"
     assert len(record["attempts"]) == 2 and record["attempts"][1]["from_step"] >= 1
     assert record["seed"] == 0 and len(record["attempts"][0]["git_sha"]) >= 7
     steps = [json.loads(line)["step"] for line in (first / "metrics.jsonl").read_text().splitlines()]
-    assert steps == list(range(1, 13))
+    assert [s for s in steps if s > 0] == list(range(1, 13))  # step 0: the warm start's eval, when logged
     assert all((runs / "tiny" / d / DONE).is_file() for d in ("warm_start", "or/seed0"))
     row = json.loads((first / "final-eval" / "Arithmetic-v0.jsonl").read_text().splitlines()[-1])
     assert row["episodes"] == 2 and row["seed"] == 3 and row["temperature"] == 0.0 and row["engine"] == "transformers"
