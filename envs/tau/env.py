@@ -41,6 +41,12 @@ MAX_TURNS = 30  # TARL Appendix B, max_turns
 MAX_CALLS_PER_TURN = 16
 _THINK = re.compile(r"<think>.*?</think>", re.S)
 
+
+def judge_failure_scores(turns: int) -> list[int]:
+    """The turn scores a failed judge pays: the worst it could have given (one −1, on the last turn; 0 elsewhere)."""
+    return [0] * (turns - 1) + [-1] if turns else []
+
+
 TOOL_CALL_INSTRUCTIONS = """# Tools
 
 You can call the functions below to help the user. Their signatures, as JSON schemas, are inside <tools></tools>:
@@ -150,8 +156,10 @@ class TauEnv(TurnEnv):
       ``tarl_ppo_turn``, ``tarl_ppo_traj`` in ``trainers.credit``), done once there. The env reports the combined
       score as the metric ``env/tarl_score`` (a perfect trajectory: 15) with ``info["tarl_category"]``
       (``perfect``, ``good``, ``good_attempt``, ``failed``) and the scores again in ``info["judge_scores"]``.
-    A judge failure is reported in ``info["judge_error"]`` and ``env/judge_ok = 0``; the ``judge`` components are
-    then left out (not zeroed), so the episode's signal is the verifier's ``R`` alone.
+    A judge failure is reported in ``info["judge_error"]`` and ``env/judge_ok = 0``, and pays the worst outcome the
+    judge could have given (:func:`judge_failure_scores`): ``task = 0`` whatever the verifier said (``env/success``
+    still reports it) and a −1 on the last turn (``env/tarl_score`` −5). Anything better could be earned by making
+    the judge fail (e.g. with a conversation too long for its context) where it would have scored a −1.
 
     ## Episode End
     ``terminated`` when the customer's reply holds ``###STOP###``, ``###TRANSFER###`` or ``###OUT-OF-SCOPE###``,
@@ -186,7 +194,8 @@ class TauEnv(TurnEnv):
       env, 106.25 in ``tarl_score``; a −1 on turn 2 landed on the last token as −12.5). Now the rollout puts each
       score on its turn and the strategies scale once: 15 in ``env/tarl_score`` and in the trainer, and
       ``tarl_ppo_turn`` puts ``5 s_i / T`` (``-5`` for the −1 turn) on turn ``i``'s last token and ``10 R`` on the
-      last one (003 eq. 4).
+      last one (003 eq. 4). A failed judge pays the worst outcome (``task`` 0, −1 on the last turn); v0 kept
+      ``10 R`` and left the judge components out, so a failure paid more than a judged −1.
     """
 
     reward_levels: ClassVar[dict[str, RewardLevel]] = {"task": "outcome", "judge": "turn"}
@@ -376,7 +385,10 @@ class TauEnv(TurnEnv):
         except ServiceError as exc:
             info["judge_error"] = str(exc)
             self._result["env/judge_ok"] = 0.0
-            return TurnResult([], components, True, info)
+            scores = judge_failure_scores(len(self._turns))
+            self._result["env/tarl_score"] = combine_tarl(0.0, scores).total
+            late = [{"judge": float(s)} for s in scores]
+            return TurnResult([], {"task": 0.0}, True, info, late_components=late)
         tarl = combine_tarl(verdict.reward, judged.scores)
         info.update(
             judge_scores=judged.scores,

@@ -140,12 +140,15 @@ def test_env_judge_minus_one_on_turn_two(fake_openai: FakeOpenAI) -> None:
     assert log.metrics["env/tarl_score"] == pytest.approx(10.0 - 5.0 + 5.0 * 5 / 6)
 
 
-def test_env_reports_a_judge_failure_instead_of_zeroing(fake_openai: FakeOpenAI) -> None:
+def test_env_reports_a_judge_failure_and_pays_the_worst_outcome(fake_openai: FakeOpenAI) -> None:
     fake_openai.default = "no scores at all"
     env = TauEnv("retail", judge=fast_client(fake_openai))
     log = run_episode(env, oracle_policy, seed=0, options={"task": {"id": "0"}})
     info = log.infos[-1]
     assert "judge_error" in info and "no JSON object" in info["judge_error"]
-    assert info["reward_components"] == {"task": 1.0}  # the judge components are absent, not 0
-    assert "late_reward_components" not in info and "env/tarl_score" not in log.metrics
-    assert log.metrics["env/judge_ok"] == 0.0
+    assert log.metrics["env/judge_ok"] == 0.0 and log.metrics["env/success"] == 1.0  # the verifier's R is reported
+    # ... but the reward is the worst a judge could give: R withheld, a -1 on the last turn (TARL: -5)
+    assert info["reward_components"] == {"task": 0.0}
+    assert [t["judge"] for t in info["late_reward_components"]] == [0.0] * 5 + [-1.0]
+    assert log.metrics["env/tarl_score"] == -5.0 < combine_tarl(0.0, [1, -1, 1, 1, 1, 1]).total
+    assert sum(log.rewards) == -1.0
