@@ -124,9 +124,12 @@ class TransformersEngine:
         self._cache = PrefixCache(int(self.prefix_cache_gib * 2**30))
 
     def update_weights(self, model: Any) -> None:
-        """Sample from ``model`` from now on (same process, same module: nothing is copied); cached KV is dropped."""
+        """Sample from ``model`` from now on (same process, same module: nothing is copied); cached KV and the
+        fast loop's weight casts are dropped at once (memory the update can use)."""
         self.model = model
         self._weights_version += 1
+        self._decoder = None
+        self._cache.clear()
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig) -> list[Generation]:
         torch = require("torch", "train")

@@ -141,8 +141,10 @@ def test_cached_kv_is_dropped_when_the_weights_change():
     engine.generate(turn2, GREEDY)  # fills the cache again
     assert len(engine._cache) > 0
     engine.update_weights(model)
-    engine.generate([[1, 2]], GREEDY)
     assert len(engine._cache) == 0
+    reused = engine.stats.reused_tokens
+    engine.generate(turn2, GREEDY)
+    assert engine.stats.reused_tokens == reused
 
 
 def test_prefix_cache_is_bounded_and_evicts_the_least_recently_used():
