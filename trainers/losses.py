@@ -8,6 +8,11 @@ normalisations the seeds use:
 - ``"token_mean"``: one mean over every masked token of the batch (003 eq. 3's ``1 / sum |x^i|`` within an
   episode; verl's ``token-mean``).
 
+Packing splits a minibatch into several forward passes: pass each pack's terms ``denominator`` =
+:func:`aggregate_denominator` of the whole minibatch (its masked tokens, or its sequences that have one), and the
+packs' terms add up to the minibatch's mean whatever ``--pack-tokens`` is (per-token losses ``[1]*10 | [0] | [0]``
+in three packs give 10/12 under ``token_mean``).
+
 Tensors are either flat ``(N,)`` with ``seq_ids`` (which sequence each token belongs to, e.g. from packing) or
 padded ``(B, T)`` where each row is a sequence. ``mask`` is 1 where a token counts (the ``loss_masks`` from
 ``trainers.credit``).
@@ -23,9 +28,11 @@ into PPO's token rewards (verl's ``kl_coef`` in 003 Table 5) is not implemented.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 import torch
 
 from agentgym_turn.error import InvalidArgument
@@ -51,17 +58,20 @@ def aggregate(
     mask: torch.Tensor,
     seq_ids: torch.Tensor | None = None,
     mode: Aggregation = "seq_mean_token_mean",
+    denominator: float | None = None,
 ) -> torch.Tensor:
     """Masked mean of per-token ``values``: per sequence then over sequences, or over all tokens.
 
     Sequences with no masked token are left out of the mean over sequences. An all-zero mask gives 0 (with a
-    gradient path), never NaN.
+    gradient path), never NaN. ``denominator`` replaces this call's own count (masked tokens, or sequences with a
+    masked token) by a given one: :func:`aggregate_denominator` of the minibatch this pack is a part of.
     """
     if mode not in AGGREGATIONS:
         raise InvalidArgument(f"aggregation mode {mode!r} is not one of {AGGREGATIONS}.")
     mask = mask.to(values.dtype)
     if mode == "token_mean":
-        return (values * mask).sum() / mask.sum().clamp(min=1.0)
+        count = mask.sum().clamp(min=1.0) if denominator is None else max(denominator, 1.0)
+        return (values * mask).sum() / count
     if seq_ids is None:
         if values.dim() == 1:
             values, mask = values.unsqueeze(0), mask.unsqueeze(0)
@@ -79,7 +89,17 @@ def aggregate(
         per_seq_n = torch.zeros(n_seq, dtype=values.dtype, device=values.device).index_add(0, seq_ids, mask)
     present = per_seq_n > 0
     per_seq = per_seq_sum / per_seq_n.clamp(min=1.0)
-    return (per_seq * present).sum() / present.sum().clamp(min=1)
+    count = present.sum().clamp(min=1) if denominator is None else max(denominator, 1.0)
+    return (per_seq * present).sum() / count
+
+
+def aggregate_denominator(masks: Sequence[np.ndarray | torch.Tensor], mode: Aggregation) -> float:
+    """What :func:`aggregate` divides by over a whole minibatch of sequences (one mask each): the masked tokens
+    (``token_mean``) or the sequences with at least one masked token (``seq_mean_token_mean``)."""
+    if mode not in AGGREGATIONS:
+        raise InvalidArgument(f"aggregation mode {mode!r} is not one of {AGGREGATIONS}.")
+    counts = [float(np.asarray(m, dtype=np.float64).sum()) for m in masks]
+    return float(sum(counts)) if mode == "token_mean" else float(sum(c > 0 for c in counts))
 
 
 def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, chunk_size: int = 1024) -> torch.Tensor:
@@ -143,11 +163,13 @@ def policy_loss(
     dual_clip: float | None = None,
     seq_ids: torch.Tensor | None = None,
     aggregation: Aggregation = "seq_mean_token_mean",
+    denominator: float | None = None,
 ) -> tuple[torch.Tensor, PolicyLossStats]:
     """Clipped surrogate loss ``-min(r A, clip(r, 1-ε, 1+ε_high) A)`` (000 eq. 1, 001 eq. 3), to minimise.
 
     ``clip_eps_high`` defaults to ``clip_eps``. ``dual_clip`` = c > 1 additionally bounds the loss of negative-
-    advantage tokens by ``-c A`` (dual-clip PPO; verl's ``clip_ratio_c``). Returns the loss and its stats.
+    advantage tokens by ``-c A`` (dual-clip PPO; verl's ``clip_ratio_c``). ``denominator``: see :func:`aggregate`.
+    Returns the loss and its stats.
     """
     if clip_eps <= 0:
         raise InvalidArgument(f"clip_eps={clip_eps!r} must be > 0 (the papers use 0.2).")
@@ -161,7 +183,7 @@ def policy_loss(
     losses = torch.maximum(unclipped, clipped)
     if dual_clip is not None:
         losses = torch.where(advantages < 0, torch.minimum(losses, -advantages * dual_clip), losses)
-    loss = aggregate(losses, mask, seq_ids, aggregation)
+    loss = aggregate(losses, mask, seq_ids, aggregation, denominator)
     with torch.no_grad():
         m = mask.to(losses.dtype)
         n = m.sum().clamp(min=1.0)
@@ -182,17 +204,19 @@ def value_loss(
     clip_eps: float | None = 0.5,
     seq_ids: torch.Tensor | None = None,
     aggregation: Aggregation = "token_mean",
+    denominator: float | None = None,
 ) -> torch.Tensor:
     """Critic loss ``½ max((V - R)², (clip(V, V_old ± ε_v) - R)²)``; ``clip_eps=None`` gives plain ½ MSE.
 
     ``values`` are the critic's new predictions of V(s_t), ``old_values`` the ones GAE used, ``returns`` the
-    targets from ``trainers.credit`` (``CreditOutput.returns``), ``mask`` its ``value_masks``.
+    targets from ``trainers.credit`` (``CreditOutput.returns``), ``mask`` its ``value_masks``; ``denominator``: see
+    :func:`aggregate`.
     """
     err = (values - returns).square()
     if clip_eps is not None:
         clipped = old_values + (values - old_values).clamp(-clip_eps, clip_eps)
         err = torch.maximum(err, (clipped - returns).square())
-    return 0.5 * aggregate(err, mask, seq_ids, aggregation)
+    return 0.5 * aggregate(err, mask, seq_ids, aggregation, denominator)
 
 
 def kl_loss(

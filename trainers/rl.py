@@ -1,7 +1,7 @@
 """The RL training loop (MT-PPO, GRPO and every other strategy of ``trainers.credit``), top to bottom in one file.
 
-    python -m trainers.mtppo --env TurnRL/WikiTwoTurn-v0                  # MT-PPO (001), critic + GAE
-    python -m trainers.grpo --env TurnRL/WikiTwoTurn-v0 --credit mt        # MT-GRPO (000); or / mr for GRPO-OR/MR
+    python -m trainers.mtppo --env TurnRL/WikiTwoTurn-v1                  # MT-PPO (001), critic + GAE
+    python -m trainers.grpo --env TurnRL/WikiTwoTurn-v1 --credit mt        # MT-GRPO (000); or / mr for GRPO-OR/MR
     python -m trainers.mtppo --strategy ppo_or --init runs/sft             # any strategy, from an SFT checkpoint
 
 One step: (1) roll out ``tasks_per_step`` tasks x ``group_size`` episodes (token-in-token-out, ``trainers.rollout``);
@@ -9,6 +9,18 @@ One step: (1) roll out ``tasks_per_step`` tasks x ``group_size`` episodes (token
 strategies that need a critic); (3) credit assignment, the one place a strategy runs; (4) ``ppo_epochs`` passes of
 clipped-surrogate updates over packed sequences (+ KL, - entropy bonus), the critic with its own optimizer and
 clipped value loss; (5) weights to the engine, metrics to JSONL and the plot, an atomic checkpoint.
+
+Choices where the papers are silent (as verl, the code base of 001 and 003, makes them):
+
+- Old log-probs (the PPO ratio's denominator) are the policy's own, computed before the update on the tokens of
+  the loss, not the sampler's: with ``--no-loss-mask`` env tokens enter the loss and have none, and a bf16 or vLLM
+  sampler's differ from the trainer's. The gap is logged (``rollout/logprob_diff_mean`` / ``_max``, policy tokens),
+  and so is ``losses/first_ratio_max_dev``, max |ratio - 1| on the first minibatch of the first epoch (0 exactly).
+- Every loss term (policy, KL, entropy, value) is one mean over the whole minibatch (``--aggregation``), whatever
+  ``--pack-tokens`` is: each pack is divided by the minibatch's count, not by its own.
+- A truncated episode (cut by ``--max-context`` / ``--max-turns``) does not bootstrap from the critic by default:
+  the value after its last token is a head output that no value target ever trains (its state is never followed
+  by a policy token). ``--bootstrap-truncated`` uses it (Gymnasium's meaning of truncation) for a trained critic.
 """
 
 from __future__ import annotations
@@ -18,16 +30,19 @@ import importlib
 import json
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from agentgym_turn.error import InvalidArgument
 from trainers.config import arg, to_dict
-from trainers.credit import STRATEGIES, CreditConfig, get_strategy, needs_critic
+from trainers.credit import STRATEGIES, CreditConfig, CreditOutput, get_strategy, needs_critic
 from trainers.credit import loss_mask as loss_tokens
 from trainers.engines import ENGINES, default_engine
+from trainers.episode import Episode
 
 CREDIT = {
     "ppo": {"or": "ppo_or", "mr": "ppo_mr", "mt": "mt_ppo"},
@@ -39,7 +54,7 @@ CREDIT = {
 class RLConfig:
     """Every knob of an RL run (flat; one CLI flag each)."""
 
-    env: list[str] = arg(["TurnRL/WikiTwoTurn-v0"], "env ids to train on (several = mixed-task training)")  # noqa: RUF009
+    env: list[str] = arg(["TurnRL/WikiTwoTurn-v1"], "env ids to train on (several = mixed-task training)")  # noqa: RUF009
     env_weights: list[float] | None = arg(None, "sampling weight per --env id (default: uniform)")  # noqa: RUF009
     model: str = arg("smollm2", "policy to start from: 'smollm2', a Hugging Face id or a model folder")
     init: str | None = arg(None, "checkpoint or HF folder to start from (e.g. the output of trainers.sft)")
@@ -84,6 +99,11 @@ class RLConfig:
     turn_coef: float = arg(1.0, "MT-GRPO coefficient on later turns' advantages")
     loss_mask: bool = arg(True, "policy loss on policy tokens only (Agent-R1 loss mask)")
     advantage_mask: bool = arg(True, "advantages/GAE on policy tokens only (Agent-R1 advantage mask)")
+    bootstrap_truncated: bool = arg(
+        False,
+        "GAE of a truncated episode starts from the critic's value after its last token (a head output no target "
+        "ever trains) instead of 0 (verl's choice, the default)",
+    )
     lora_rank: int = arg(0, "LoRA rank (0 = full fine-tuning); needs peft")
     lora_alpha: float = arg(16.0, "LoRA alpha")
     dtype: str = arg("float32", "weights dtype", choices=("float32", "bfloat16"))
@@ -164,7 +184,95 @@ class RLConfig:
             turn_coef=self.turn_coef,
             use_loss_mask=self.loss_mask,
             use_advantage_mask=self.advantage_mask,
+            bootstrap_truncated=self.bootstrap_truncated,
         )
+
+
+def policy_minibatch(
+    policy: Any,
+    packs: Sequence[Any],
+    old_lp: Mapping[int, np.ndarray] | None,
+    credit: CreditOutput,
+    ref_lp: Mapping[int, np.ndarray],
+    cfg: RLConfig,
+) -> tuple[dict[str, float], dict[int, np.ndarray]]:
+    """Forward and backward of the policy loss (+ KL, - entropy) over one minibatch's packs; gradients accumulate,
+    no optimizer step. Each pack's terms are divided by the whole minibatch's count (``aggregate_denominator``),
+    so loss and gradients do not depend on how the minibatch is packed.
+
+    ``old_lp`` None: the first minibatch of the first epoch, whose old log-probs are its own log-probs, detached
+    (the policy has not moved yet: every ratio is exactly 1). Returns the minibatch's ``losses/...`` (sums over
+    packs, i.e. the minibatch's value; ``losses/ratio_max_dev`` = max |ratio - 1|) and the log-probs it computed.
+    """
+    import torch
+
+    from trainers import modeling as M
+    from trainers.losses import aggregate, aggregate_denominator, kl_penalty, policy_loss
+
+    den = aggregate_denominator([credit.loss_masks[i] for p in packs for i in p.members], cfg.aggregation)
+    tokens = max(aggregate_denominator([credit.loss_masks[i] for p in packs for i in p.members], "token_mean"), 1.0)
+    logs = dict.fromkeys(("losses/policy", "losses/entropy", "losses/clip_fraction", "losses/approx_kl"), 0.0)
+    logs["losses/ratio_max_dev"] = 0.0
+    computed: dict[int, np.ndarray] = {}
+    for pack in packs:
+        mask = pack.gather(credit.loss_masks)
+        with M.autocast(cfg.bf16):
+            stats = M.pack_logprobs(policy, pack, temperature=cfg.temperature, entropy_mask=mask, positions=mask)
+        lp = stats.logprobs
+        computed.update(pack.split(lp))
+        old = lp.detach() if old_lp is None else pack.gather(old_lp)
+        loss, pstats = policy_loss(lp, old, pack.gather(credit.advantages), mask, clip_eps=cfg.clip_eps,
+                                   seq_ids=pack.seq_ids, aggregation=cfg.aggregation, denominator=den)  # fmt: skip
+        entropy = aggregate(stats.entropy, mask, pack.seq_ids, cfg.aggregation, den)
+        total = loss - cfg.entropy_coef * entropy
+        if cfg.kl_coef > 0:
+            kl = aggregate(kl_penalty(lp, pack.gather(ref_lp)), mask, pack.seq_ids, cfg.aggregation, den)
+            total = total + cfg.kl_coef * kl
+            logs["losses/kl"] = logs.get("losses/kl", 0.0) + float(kl.detach())
+        total.backward()
+        share = float(mask.sum()) / tokens  # the stats are means over the pack's masked tokens
+        logs["losses/policy"] += float(loss.detach())
+        logs["losses/entropy"] += float(entropy.detach())
+        logs["losses/clip_fraction"] += pstats.clip_fraction * share
+        logs["losses/approx_kl"] += pstats.approx_kl * share
+        with torch.no_grad():
+            dev = float(((lp - old).exp() - 1.0).abs().mul(mask).max()) if mask.any() else 0.0
+        logs["losses/ratio_max_dev"] = max(logs["losses/ratio_max_dev"], dev)
+    return logs, computed
+
+
+def critic_minibatch(
+    critic: Any, packs: Sequence[Any], values: Sequence[np.ndarray], credit: CreditOutput, cfg: RLConfig
+) -> float:
+    """Forward and backward of the clipped value loss (token mean over the whole minibatch) over its packs;
+    returns the minibatch's value loss."""
+    import torch
+
+    from trainers import modeling as M
+    from trainers.losses import aggregate_denominator, value_loss
+
+    den = aggregate_denominator([credit.value_masks[i] for p in packs for i in p.members], "token_mean")
+    total = 0.0
+    for pack in packs:
+        with M.autocast(cfg.bf16):
+            head = critic.pack_values(pack)
+        pred = torch.cat([torch.zeros(1), head[:-1]])  # V(s_t) is the head at t - 1
+        old_v = pack.gather([v[:-1] for v in values])
+        vloss = value_loss(pred, old_v, pack.gather(credit.returns), pack.gather(credit.value_masks),
+                           clip_eps=cfg.value_clip, seq_ids=pack.seq_ids, denominator=den)  # fmt: skip
+        vloss.backward()
+        total += float(vloss.detach())
+    return total
+
+
+def sampler_mismatch(episodes: Sequence[Episode], policy_lp: Mapping[int, np.ndarray]) -> dict[str, list[float]]:
+    """|log-prob of the sampler - the policy's own| over the policy's tokens: ``rollout/logprob_diff_mean`` and
+    ``rollout/logprob_diff_max`` (a bf16 or vLLM sampler drifts from the trainer; large values = off-policy)."""
+    diffs = [np.abs(ep.logprobs - policy_lp[i])[ep.loss_mask.astype(bool)] for i, ep in enumerate(episodes)]
+    flat = np.concatenate([*diffs, np.zeros(0)])
+    if not len(flat):
+        return {}
+    return {"rollout/logprob_diff_mean": [float(flat.mean())], "rollout/logprob_diff_max": [float(flat.max())]}
 
 
 def train(cfg: RLConfig) -> dict[str, float]:
@@ -176,7 +284,6 @@ def train(cfg: RLConfig) -> dict[str, float]:
     from trainers import checkpoint as ckpt
     from trainers import modeling as M
     from trainers.engines import make_engine, stop_token_ids
-    from trainers.losses import aggregate, kl_penalty, policy_loss, value_loss
     from trainers.metrics import append_jsonl, episode_summary, plot_rewards, read_jsonl
     from trainers.rollout import EnvPool, RolloutConfig, collect, engine_actor
 
@@ -261,72 +368,57 @@ def train(cfg: RLConfig) -> dict[str, float]:
         episodes, rstats = collect(pool, actor, tok, stops, rcfg, num_tasks=cfg.tasks_per_step,
                                    group_size=cfg.group_size, seed=cfg.seed * 7_919 + step, tree=cfg.tree,
                                    branch_turns=cfg.branch_turns, group_offset=step * cfg.tasks_per_step)  # fmt: skip
-        packs = M.pack_episodes(episodes, range(len(episodes)), cfg.pack_tokens)
+        # the minibatches of every epoch (split by episodes), packed once; pass (2) scores the same packs
+        order = np.random.default_rng(cfg.seed + step).permutation(len(episodes))
+        minibatches = [M.pack_episodes(episodes, mb.tolist(), cfg.pack_tokens)
+                       for mb in np.array_split(order, cfg.minibatches)]  # fmt: skip
 
-        # ---- (2) reference log-probs and critic values, no gradients ----------------------------------------
+        # ---- (2) old log-probs, reference log-probs and critic values, no gradients ---------------------------
+        # Old log-probs are the policy's own before the update (as verl), not the sampler's: env tokens in the
+        # loss (--no-loss-mask) have none from the sampler, and a bf16 sampler's differ from the trainer's. The
+        # first minibatch takes them from its own forward (the policy has not moved yet); the others from here.
+        old_lp: dict[int, np.ndarray] = {}
         ref_lp: dict[int, np.ndarray] = {}
         heads: dict[int, np.ndarray] = {}
-        in_loss = [loss_tokens(ep, credit_cfg) for ep in episodes]  # the KL counts there only: the head runs there
+        in_loss = [loss_tokens(ep, credit_cfg) for ep in episodes]  # log-probs and the KL count there only
         t_update = time.perf_counter()
         with torch.no_grad(), M.autocast(cfg.bf16):
-            for pack in packs:
-                if cfg.kl_coef > 0:
-                    ref_model, ctx = M.reference_context(policy, reference)
-                    with ctx:
-                        ref = M.pack_logprobs(
-                            ref_model, pack, temperature=cfg.temperature, positions=pack.gather(in_loss)
-                        )
-                        ref_lp.update(pack.split(ref.logprobs))
-                if critic is not None:
-                    heads.update(pack.split(critic.pack_values(pack)))
+            for k, packs in enumerate(minibatches):
+                for pack in packs:
+                    positions = pack.gather(in_loss)
+                    if k > 0:
+                        lp = M.pack_logprobs(policy, pack, temperature=cfg.temperature, positions=positions)
+                        old_lp.update(pack.split(lp.logprobs))
+                    if cfg.kl_coef > 0:
+                        ref_model, ctx = M.reference_context(policy, reference)
+                        with ctx:
+                            ref = M.pack_logprobs(ref_model, pack, temperature=cfg.temperature, positions=positions)
+                            ref_lp.update(pack.split(ref.logprobs))
+                    if critic is not None:
+                        heads.update(pack.split(critic.pack_values(pack)))
         values = [M.critic_values(heads[i]) for i in range(len(episodes))] if critic is not None else None
 
         # ---- (3) credit assignment: the only place the strategy matters -------------------------------------
         credit = strategy(episodes, values, credit_cfg)
-        old_lp = [ep.logprobs for ep in episodes]
 
         # ---- (4) policy and critic updates on packed sequences ---------------------------------------------
         logs: dict[str, list[float]] = {}
         trained_tokens = 0
         policy.train()
-        order = np.random.default_rng(cfg.seed + step).permutation(len(episodes))
-        for _epoch in range(cfg.ppo_epochs):
-            for mb in np.array_split(order, cfg.minibatches):
-                mb_packs = M.pack_episodes(episodes, mb.tolist(), cfg.pack_tokens)
+        for epoch in range(cfg.ppo_epochs):
+            for k, packs in enumerate(minibatches):
                 opt.zero_grad(set_to_none=True)
+                first = epoch == 0 and k == 0
+                mb_logs, lp = policy_minibatch(policy, packs, None if first else old_lp, credit, ref_lp, cfg)
+                if first:
+                    old_lp.update(lp)
+                    logs["losses/first_ratio_max_dev"] = [mb_logs.pop("losses/ratio_max_dev")]
+                for key, v in mb_logs.items():
+                    logs.setdefault(key, []).append(v)
                 if critic_opt is not None:
                     critic_opt.zero_grad(set_to_none=True)
-                for pack in mb_packs:
-                    weight = len(pack.members) / len(mb)  # per-sequence mean over the whole minibatch
-                    mask = pack.gather(credit.loss_masks)
-                    with M.autocast(cfg.bf16):
-                        stats = M.pack_logprobs(policy, pack, temperature=cfg.temperature, entropy_mask=mask,
-                                                positions=mask)  # fmt: skip
-                    lp, ent = stats.logprobs, stats.entropy
-                    loss, pstats = policy_loss(lp, pack.gather(old_lp), pack.gather(credit.advantages), mask,
-                                               clip_eps=cfg.clip_eps, seq_ids=pack.seq_ids,
-                                               aggregation=cfg.aggregation)  # fmt: skip
-                    entropy = aggregate(ent, mask, pack.seq_ids, cfg.aggregation)
-                    total = loss - cfg.entropy_coef * entropy
-                    if cfg.kl_coef > 0:
-                        kl = aggregate(kl_penalty(lp, pack.gather(ref_lp)), mask, pack.seq_ids, cfg.aggregation)
-                        total = total + cfg.kl_coef * kl
-                        logs.setdefault("losses/kl", []).append(float(kl.detach()))
-                    (total * weight).backward()
-                    logs.setdefault("losses/policy", []).append(float(loss.detach()))
-                    logs.setdefault("losses/entropy", []).append(float(entropy.detach()))
-                    logs.setdefault("losses/clip_fraction", []).append(pstats.clip_fraction)
-                    logs.setdefault("losses/approx_kl", []).append(pstats.approx_kl)
-                    if critic is not None:
-                        with M.autocast(cfg.bf16):
-                            head = critic.pack_values(pack)
-                        pred = torch.cat([torch.zeros(1), head[:-1]])  # V(s_t) is the head at t - 1
-                        old_v = pack.gather([v[:-1] for v in values])
-                        vloss = value_loss(pred, old_v, pack.gather(credit.returns), pack.gather(credit.value_masks),
-                                           clip_eps=cfg.value_clip, seq_ids=pack.seq_ids)  # fmt: skip
-                        (vloss * weight).backward()
-                        logs.setdefault("losses/value", []).append(float(vloss.detach()))
-                    trained_tokens += pack.num_tokens
+                    logs.setdefault("losses/value", []).append(critic_minibatch(critic, packs, values, credit, cfg))
+                trained_tokens += sum(pack.num_tokens for pack in packs)
                 logs.setdefault("losses/grad_norm", []).append(
                     float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
                 )
@@ -334,6 +426,7 @@ def train(cfg: RLConfig) -> dict[str, float]:
                 if critic_opt is not None:
                     torch.nn.utils.clip_grad_norm_(critic.parameters(), cfg.max_grad_norm)
                     critic_opt.step()
+        logs.update(sampler_mismatch(episodes, old_lp))
         engine.update_weights(policy)
         push_s = getattr(engine, "last_push_seconds", None)
         update_s = time.perf_counter() - t_update

@@ -1,6 +1,6 @@
 """Cold start: supervised fine-tuning on scripted-policy trajectories, with the same tokenisation and masks as RL.
 
-    python -m trainers.sft --env TurnRL/WikiTwoTurn-v0 --policy scripted:reference=0.7,scripted:direct=0.3
+    python -m trainers.sft --env TurnRL/WikiTwoTurn-v1 --policy scripted:reference=0.7,scripted:direct=0.3
 
 A small model that never writes a tool call gets zero turn-level advantage everywhere, so RL alone cannot
 discover the tool. The env's scripted policies play ``episodes`` tasks through the same rollout code RL uses
@@ -57,7 +57,7 @@ def parse_policy_mix(spec: str) -> tuple[list[str], list[float]]:
 class SFTConfig:
     """Every knob of a cold-start run."""
 
-    env: list[str] = arg(["TurnRL/WikiTwoTurn-v0"], "env ids whose scripted policies play")  # noqa: RUF009
+    env: list[str] = arg(["TurnRL/WikiTwoTurn-v1"], "env ids whose scripted policies play")  # noqa: RUF009
     env_weights: list[float] | None = arg(None, "sampling weight per --env id")  # noqa: RUF009
     policy: str = arg("scripted:reference=0.7,scripted:direct=0.3", "scripted:NAME[=WEIGHT],... mixture to imitate")
     model: str = arg("smollm2", "model to fine-tune: 'smollm2', a Hugging Face id or a folder")
@@ -119,7 +119,7 @@ def sft_train(
     from tqdm import tqdm
 
     from trainers import modeling as M
-    from trainers.losses import aggregate
+    from trainers.losses import aggregate, aggregate_denominator
 
     params = [p for p in policy.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
@@ -137,13 +137,14 @@ def sft_train(
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         total, tokens = 0.0, 0
+        den = aggregate_denominator([masks[i] for i in batch], "seq_mean_token_mean")  # the batch's mean, any packing
         for pack in M.pack_episodes(episodes, batch.tolist(), pack_tokens):
             mask = pack.gather(masks)
             with M.autocast(bf16):
                 lp = M.pack_logprobs(policy, pack, positions=mask).logprobs
-            loss = -aggregate(lp, mask, pack.seq_ids)
-            (loss * len(pack.members) / len(batch)).backward()
-            total += float(loss.detach()) * len(pack.members) / len(batch)
+            loss = -aggregate(lp, mask, pack.seq_ids, denominator=den)
+            loss.backward()
+            total += float(loss.detach())
             tokens += pack.num_tokens
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()

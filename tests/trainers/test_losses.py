@@ -10,6 +10,7 @@ import torch
 from agentgym_turn.error import InvalidArgument
 from trainers.losses import (
     aggregate,
+    aggregate_denominator,
     entropy_from_logits,
     kl_loss,
     kl_penalty,
@@ -139,3 +140,24 @@ def test_kl_loss_scales_aggregated_kl_by_beta():
     assert term.item() == pytest.approx(0.1 * kl.item())
     with pytest.raises(InvalidArgument):
         kl_loss(logp, ref, t(1, 1, 1), beta=-1.0)
+
+
+@pytest.mark.parametrize("mode", ["token_mean", "seq_mean_token_mean"])
+def test_packs_with_the_minibatch_denominator_add_up_to_the_unpacked_mean(mode):
+    """Issue 12 item 8: per-token losses [1]*10 | [0] | [0] in three packs -> 10/12 = 0.833 under token_mean (not
+    0.333, a mean per pack weighted by members / minibatch), 1/3 under the per-sequence mean; any packing agrees."""
+    episodes = [torch.ones(10), torch.zeros(1), torch.zeros(1)]
+    masks = [torch.ones(10), torch.ones(1), torch.ones(1)]
+    den = aggregate_denominator(masks, mode)
+    one_seq = torch.zeros(10, dtype=torch.long)
+    per_pack = sum(aggregate(v, m, one_seq[: len(v)], mode, den) for v, m in zip(episodes, masks, strict=True))
+    one_pack = aggregate(torch.cat(episodes), torch.cat(masks), torch.tensor([0] * 10 + [1, 2]), mode)
+    expected = 10 / 12 if mode == "token_mean" else 1 / 3
+    assert per_pack.item() == pytest.approx(expected) and one_pack.item() == pytest.approx(expected)
+    # a sequence without any masked token counts in neither denominator
+    assert aggregate_denominator([*masks, torch.zeros(4)], mode) == den
+    v, m = t(1, 3, 5), t(1, 1, 0)
+    assert value_loss(v, t(0, 0, 0), t(0, 0, 0), m, clip_eps=None, denominator=4.0).item() == pytest.approx(5 / 4)
+    assert policy_loss(t(0, 0, 0), t(0, 0, 0), t(1, 1, 1), m, aggregation="token_mean", denominator=4.0)[
+        0
+    ].item() == pytest.approx(-2 / 4)

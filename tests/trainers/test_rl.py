@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.trainers import toy_env
@@ -123,7 +124,7 @@ def test_cli_sigkill_then_resume(tmp_path, tiny_model_dir):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--env", "TurnRL/WikiTwoTurm-v0"], "Did you mean 'TurnRL/WikiTwoTurn-v0'"),
+        (["--env", "TurnRL/WikiTwoTurm-v0"], "Did you mean 'TurnRL/WikiTwoTurn-v1'"),
         (["--strategy", "mt_gpro"], "Did you mean 'mt_grpo'"),
         (["--strategy", "grpo_or", "--group-size", "1"], "--group-size=1"),
         (["--lr", "0"], "--lr=0.0 must be > 0"),
@@ -161,3 +162,115 @@ def test_training_run_on_the_vllm_engine_pushes_weights_every_step(tmp_path, tok
     assert all(math.isfinite(v) for r in rows for v in r.values())
     before, after = _weights(str(model_dir)), _weights(str(tmp_path / "run" / "checkpoint-000002" / "policy"))
     assert any(not torch.equal(before[k], after[k]) for k in before), "no weight changed"
+
+
+def _random_episodes(n: int, vocab: int, seed: int = 0) -> list:
+    """Two-turn episodes of random tokens (prompt, policy turn, env tokens, policy turn), half of them truncated."""
+    from trainers.episode import Episode
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        parts = [int(rng.integers(3, 9)) for _ in range(4)]  # prompt, turn 0, env, turn 1
+        mask = np.concatenate([np.zeros(parts[0]), np.ones(parts[1]), np.zeros(parts[2]), np.ones(parts[3])])
+        turns = np.concatenate([-np.ones(parts[0]), np.zeros(parts[1]), -np.ones(parts[2]), np.ones(parts[3])])
+        out.append(Episode(env_id="toy", group=i // 2, token_ids=rng.integers(0, vocab, sum(parts)),
+                           loss_mask=mask, turn_index=turns, logprobs=-rng.random(sum(parts)) * mask,
+                           turn_rewards=[{"t": float(rng.random())}, {"o": float(rng.integers(0, 2))}],
+                           reward_levels={"t": "turn", "o": "outcome"}, terminated=i % 2 == 0,
+                           truncated=i % 2 == 1))  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean_token_mean"])
+def test_minibatch_loss_and_grads_do_not_depend_on_packing(tmp_path, tiny_model_dir, aggregation):
+    """Issue 12 item 8: one mean over the minibatch (policy, KL, entropy and value losses), whatever --pack-tokens."""
+    from trainers import modeling as M
+    from trainers.credit import get_strategy
+    from trainers.rl import critic_minibatch, policy_minibatch
+
+    cfg = _cfg(tmp_path, tiny_model_dir, aggregation=aggregation, kl_coef=0.1, entropy_coef=0.01, loss_mask=False)
+    model = tiny_llama(97)
+    critic, reference = M.ValueModel.from_policy(model), M.frozen_copy(tiny_llama(97, seed=1))
+    eps = _random_episodes(6, 97)
+    with torch.no_grad():
+        for p in critic.head.parameters():
+            p.normal_()
+    rng = np.random.default_rng(1)
+    values = [rng.normal(size=len(e.token_ids) + 1) for e in eps]
+    credit = get_strategy("mt_ppo")(eps, values, cfg.credit_config())
+    old = {i: e.logprobs - 0.1 for i, e in enumerate(eps)}
+    ref = {}
+    for pack in M.pack_episodes(eps, range(6), 1000):
+        with torch.no_grad():
+            ref.update(pack.split(M.pack_logprobs(reference, pack).logprobs))
+    results = []
+    for pack_tokens in (10, 60, 1000):  # one episode per row, a few per row, all in one row
+        packs = M.pack_episodes(eps, range(6), pack_tokens)
+        model.zero_grad(), critic.zero_grad()
+        logs, _ = policy_minibatch(model, packs, old, credit, ref, cfg)
+        vloss = critic_minibatch(critic, packs, values, credit, cfg)
+        grads = [p.grad.clone() for p in [*model.parameters(), *critic.parameters()] if p.grad is not None]
+        results.append((len(packs), logs, vloss, grads))
+    assert [r[0] for r in results] == [6, results[1][0], 1] and 1 < results[1][0] < 6
+    for _, logs, vloss, grads in results[1:]:
+        for key in ("losses/policy", "losses/kl", "losses/entropy", "losses/clip_fraction"):
+            assert logs[key] == pytest.approx(results[0][1][key], rel=1e-4, abs=1e-6), key
+        assert vloss == pytest.approx(results[0][2], rel=1e-4)
+        for a, b in zip(grads, results[0][3], strict=True):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-3)
+
+
+def test_old_logprobs_are_the_policys_own_and_the_first_ratio_is_one(tmp_path, tiny_model_dir):
+    """Issue 12 item 8: with the loss mask off, env tokens enter the ratio; their old log-prob must be the policy's
+    (not the sampler's 0.0). Several minibatches and epochs; the sampler-vs-policy gap is logged."""
+    cfg = _cfg(tmp_path, tiny_model_dir, strategy="grpo_mr", loss_mask=False, minibatches=2, ppo_epochs=2,
+               kl_coef=0.0, lr=1e-4)  # fmt: skip
+    train(cfg)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    for r in rows:
+        assert r["losses/first_ratio_max_dev"] == 0.0
+        assert r["losses/approx_kl"] < 1e-2  # env tokens with old log-prob 0 gave ratios of e^(log p) here
+        # fp32 sampler and trainer on the same weights: the same log-probs up to float noise
+        assert 0.0 <= r["rollout/logprob_diff_mean"] <= r["rollout/logprob_diff_max"] < 1e-3
+
+
+def test_prepass_logprobs_equal_the_update_forward(tiny_model_dir, tmp_path):
+    """The no-grad pass that scores later minibatches gives the very numbers the update's forward gives (ratio 1
+    exactly before any step), in fp32 and under bf16 autocast."""
+    from trainers import modeling as M
+    from trainers.credit import get_strategy, loss_mask
+    from trainers.rl import policy_minibatch
+
+    eps = _random_episodes(4, 97)
+    model = tiny_llama(97)
+    for bf16 in (False, True):
+        cfg = _cfg(tmp_path, tiny_model_dir, strategy="grpo_mr", loss_mask=False, kl_coef=0.0, bf16=bf16)
+        credit = get_strategy("grpo_mr")(eps, None, cfg.credit_config())
+        packs = M.pack_episodes(eps, range(4), 30)
+        old = {}
+        with torch.no_grad(), M.autocast(bf16):
+            for pack in packs:
+                positions = pack.gather([loss_mask(e, cfg.credit_config()) for e in eps])
+                old.update(pack.split(M.pack_logprobs(model, pack, positions=positions).logprobs))
+        logs, computed = policy_minibatch(model, packs, old, credit, {}, cfg)
+        assert logs["losses/ratio_max_dev"] == 0.0
+        assert all(np.array_equal(old[i], computed[i]) for i in old)
+
+
+def test_truncated_episodes_do_not_bootstrap_by_default(tmp_path, tiny_model_dir):
+    """Issue 12 item 8: the value after a truncated episode's last token is a head output never trained as a
+    target; by default it is not used (as verl), --bootstrap-truncated opts in."""
+    from trainers.credit import get_strategy
+
+    eps = _random_episodes(2, 97)
+    assert eps[1].truncated and not eps[0].truncated
+    values = [np.full(len(e.token_ids) + 1, 0.5) for e in eps]
+    values[1][-1] = 7.0
+    last = np.flatnonzero(eps[1].loss_mask)[-1]
+    default = _cfg(tmp_path, tiny_model_dir)
+    out = get_strategy("mt_ppo")(eps, values, default.credit_config())
+    assert out.returns[1][last] == pytest.approx(out.token_rewards[1][last])  # gamma = lambda = 1: R, no V
+    opted = _cfg(tmp_path, tiny_model_dir, bootstrap_truncated=True)
+    out = get_strategy("mt_ppo")(eps, values, opted.credit_config())
+    assert out.returns[1][last] == pytest.approx(out.token_rewards[1][last] + 7.0)
