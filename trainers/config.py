@@ -2,7 +2,10 @@
 
 A field is declared with :func:`arg`: ``lr: float = arg(1e-5, "policy learning rate")``. :func:`parse_config`
 builds ``--lr`` (underscores become dashes; ``bool`` fields get ``--flag/--no-flag``; ``list`` fields take several
-values) and constructs the dataclass, whose ``__post_init__`` validates every value.
+values, and a list whose default is empty also collects repeats: ``--env-kwarg a=1 --env-kwarg b=2``) and
+constructs the dataclass, whose ``__post_init__`` validates every value.
+
+:func:`env_kwargs_by_id` reads the trainers' ``--env-kwarg`` syntax (:data:`ENV_KWARG_HELP`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,12 @@ from typing import Any, TypeVar
 from agentgym_turn.error import InvalidArgument
 
 T = TypeVar("T")
+
+ENV_KWARG_HELP = (
+    "gym.make kwargs as key=value (the value parsed as JSON, else kept as text) for every --env, or ENV_ID:key=value "
+    "for one of several --env ids (later items win); repeatable. E.g. --env-kwarg split=validation top_k=3 "
+    "TurnRL/TauRetail-v1:judge=http://127.0.0.1:8000/v1#Qwen/Qwen2.5-7B-Instruct"
+)
 
 
 def arg(default: Any, help: str, *, choices: Sequence[Any] | None = None) -> Any:
@@ -66,6 +75,8 @@ def build_parser(cls: type, *, prog: str, description: str, defaults: dict[str, 
             kwargs["type"] = _parse_optional(tp) if optional else tp
             if is_list:
                 kwargs["nargs"] = "+"
+                if default == []:  # nothing to extend by mistake: repeats add up
+                    kwargs["action"] = "extend"
             if f.metadata.get("choices"):
                 kwargs["choices"] = f.metadata["choices"]
             kwargs["metavar"] = f.name.upper()
@@ -92,6 +103,38 @@ def parse_config(
     except InvalidArgument as exc:
         parser.error(str(exc))
         raise  # unreachable: parser.error exits
+
+
+def env_kwargs_by_id(env_ids: Sequence[str], items: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``--env-kwarg`` items -> ``gym.make`` kwargs per env id, in the order given (later items win).
+
+    ``key=value`` applies to every id of ``env_ids``; ``ENV_ID:key=value`` to that id only (as given to ``--env``,
+    or without its ``module:`` prefix). Values are JSON when they parse (``top_k=3``, ``judge={"model": "m"}``,
+    ``flag=true``), else text (``split=validation``): :func:`trainers.evaluation.parse_env_kwargs`.
+    ``env_kwargs_by_id(["TurnRL/A-v0", "TurnRL/B-v0"], ["k=1", "TurnRL/B-v0:k=2"])`` ->
+    ``{"TurnRL/A-v0": {"k": 1}, "TurnRL/B-v0": {"k": 2}}``.
+    """
+    from trainers.evaluation import parse_env_kwargs
+
+    out: dict[str, dict[str, Any]] = {e: {} for e in env_ids}
+    for item in items:
+        head, sep, value = item.partition("=")
+        target, _, key = head.rpartition(":")
+        if not sep or not key.strip().isidentifier():
+            raise InvalidArgument(
+                f"--env-kwarg {item!r} must be key=value with a Python name as key, or ENV_ID:key=value for one "
+                "--env, e.g. split=validation, top_k=3 or TurnRL/SearchR1-v1:top_k=3."
+            )
+        ids = [e for e in env_ids if target in (e, e.rpartition(":")[2])] if target else list(env_ids)
+        if not ids:
+            raise InvalidArgument(
+                f"--env-kwarg {item!r} names {target!r}, which is not an --env ({', '.join(env_ids)}); put one of "
+                f"them before the colon, e.g. {env_ids[0]}:{key.strip()}=..., or drop the prefix for every --env."
+            )
+        parsed = parse_env_kwargs([f"{key.strip()}={value}"])
+        for e in ids:
+            out[e].update(parsed)
+    return out
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

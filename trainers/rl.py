@@ -3,12 +3,15 @@
     python -m trainers.mtppo --env TurnRL/WikiTwoTurn-v1                  # MT-PPO (001), critic + GAE
     python -m trainers.grpo --env TurnRL/WikiTwoTurn-v1 --credit mt        # MT-GRPO (000); or / mr for GRPO-OR/MR
     python -m trainers.mtppo --strategy ppo_or --init runs/sft             # any strategy, from an SFT checkpoint
+    python -m trainers.mtppo --strategy tarl_ppo_turn --env TurnRL/TauRetail-v1 \
+        --env-kwarg judge=http://127.0.0.1:8000/v1#Qwen/Qwen2.5-7B-Instruct --group-std-ddof 0   # gym.make kwargs
 
 One step: (1) roll out ``tasks_per_step`` tasks x ``group_size`` episodes (token-in-token-out, ``trainers.rollout``);
-(2) score them without gradients: reference log-probs (only when ``kl_coef > 0``) and critic values (only for
-strategies that need a critic); (3) credit assignment, the one place a strategy runs; (4) ``ppo_epochs`` passes of
-clipped-surrogate updates over packed sequences (+ KL, - entropy bonus), the critic with its own optimizer and
-clipped value loss; (5) weights to the engine, metrics to JSONL and the plot, an atomic checkpoint.
+(2) score them without gradients: the policy's own log-probs (the old log-probs of every minibatch but the first),
+reference log-probs (only when ``kl_coef > 0``) and critic values (only for strategies that need a critic);
+(3) credit assignment, the one place a strategy runs; (4) ``ppo_epochs`` passes of clipped-surrogate updates over
+packed sequences (+ KL, - entropy bonus), the critic with its own optimizer and clipped value loss; (5) weights
+to the engine, metrics to JSONL and the plot, an atomic checkpoint.
 
 Choices where the papers are silent (as verl, the code base of 001 and 003, makes them):
 
@@ -31,18 +34,19 @@ import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from agentgym_turn.error import InvalidArgument
-from trainers.config import arg, to_dict
+from trainers.config import ENV_KWARG_HELP, arg, env_kwargs_by_id, to_dict
 from trainers.credit import STRATEGIES, CreditConfig, CreditOutput, get_strategy, needs_critic
 from trainers.credit import loss_mask as loss_tokens
 from trainers.engines import ENGINES, default_engine
 from trainers.episode import Episode
+from trainers.rollout import EnvPool
 
 CREDIT = {
     "ppo": {"or": "ppo_or", "mr": "ppo_mr", "mt": "mt_ppo"},
@@ -56,6 +60,7 @@ class RLConfig:
 
     env: list[str] = arg(["TurnRL/WikiTwoTurn-v1"], "env ids to train on (several = mixed-task training)")  # noqa: RUF009
     env_weights: list[float] | None = arg(None, "sampling weight per --env id (default: uniform)")  # noqa: RUF009
+    env_kwarg: list[str] = arg([], ENV_KWARG_HELP)  # noqa: RUF009
     model: str = arg("smollm2", "policy to start from: 'smollm2', a Hugging Face id or a model folder")
     init: str | None = arg(None, "checkpoint or HF folder to start from (e.g. the output of trainers.sft)")
     sft_episodes: int = arg(
@@ -99,6 +104,20 @@ class RLConfig:
     turn_coef: float = arg(1.0, "MT-GRPO coefficient on later turns' advantages")
     loss_mask: bool = arg(True, "policy loss on policy tokens only (Agent-R1 loss mask)")
     advantage_mask: bool = arg(True, "advantages/GAE on policy tokens only (Agent-R1 advantage mask)")
+    group_std_ddof: int = arg(
+        CreditConfig.std_ddof,
+        "group std of GRPO-style advantages: 1 = sample std (TRL), 0 = population (003 eq. 5)",
+        choices=(0, 1),
+    )
+    group_std_eps: float = arg(CreditConfig.eps, "added to the group std in GRPO-style normalisation")
+    scale_by_std: bool = arg(CreditConfig.scale_by_std, "divide group-centred rewards by the group std (GRPO)")
+    whiten_advantages: bool = arg(
+        CreditConfig.whiten_advantages, "whiten GAE / REINFORCE++ advantages over the batch's tokens (verl)"
+    )
+    mt_final_turn_advantage: bool = arg(
+        CreditConfig.mt_final_turn_advantage,
+        "MT-GRPO/MT-RLOO: add the final turn's own turn-level advantage (an extension of 000 eq. 9 / 001 eq. 12)",
+    )
     bootstrap_truncated: bool = arg(
         False,
         "GAE of a truncated episode starts from the critic's value after its last token (a head output no target "
@@ -132,6 +151,7 @@ class RLConfig:
                 close = difflib.get_close_matches(env_id, list(gym.registry), n=1)
                 hint = f" Did you mean {close[0]!r}?" if close else ""
                 raise InvalidArgument(f"--env {env_id!r} is not a registered env id.{hint}")
+        self.env_kwargs()  # the --env-kwarg syntax, checked before anything runs
         if self.env_weights is not None and len(self.env_weights) != len(self.env):
             raise InvalidArgument(f"--env-weights {self.env_weights} needs one weight per --env ({len(self.env)}).")
         for name in ("steps", "tasks_per_step", "group_size", "max_new_tokens", "ppo_epochs", "minibatches"):
@@ -146,7 +166,7 @@ class RLConfig:
             raise InvalidArgument(f"--minibatches={self.minibatches} exceeds the episodes per step; lower it.")
         if self.max_context <= self.max_new_tokens:
             raise InvalidArgument(f"--max-context={self.max_context} must exceed --max-new-tokens.")
-        for name in ("lr", "critic_lr", "clip_eps", "max_grad_norm", "temperature"):
+        for name in ("lr", "critic_lr", "clip_eps", "max_grad_norm", "temperature", "group_std_eps"):
             if getattr(self, name) <= 0:
                 raise InvalidArgument(f"--{name.replace('_', '-')}={getattr(self, name)} must be > 0.")
         if self.sft_episodes < 0 or self.sft_epochs < 1 or self.sft_lr <= 0:
@@ -178,14 +198,43 @@ class RLConfig:
         self.credit_config()  # validates gamma/lambda/turn_coef
 
     def credit_config(self) -> CreditConfig:
+        """The knobs of ``trainers.credit`` this run sets."""
         return CreditConfig(
             gamma=self.gamma,
             gae_lambda=self.gae_lambda,
             turn_coef=self.turn_coef,
+            mt_final_turn_advantage=self.mt_final_turn_advantage,
+            eps=self.group_std_eps,
+            std_ddof=self.group_std_ddof,
+            scale_by_std=self.scale_by_std,
+            whiten_advantages=self.whiten_advantages,
+            bootstrap_truncated=self.bootstrap_truncated,
             use_loss_mask=self.loss_mask,
             use_advantage_mask=self.advantage_mask,
-            bootstrap_truncated=self.bootstrap_truncated,
         )
+
+    def env_kwargs(self) -> dict[str, dict[str, Any]]:
+        """``gym.make`` kwargs per --env id, from ``--env-kwarg``."""
+        return env_kwargs_by_id(self.env, self.env_kwarg)
+
+
+@dataclass
+class EnvPoolPerId(EnvPool):
+    """An :class:`~trainers.rollout.EnvPool` whose ``gym.make`` kwargs differ per env id (``kwargs_by_id``)."""
+
+    kwargs_by_id: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def get(self, env_id: str, n: int) -> list[Any]:
+        """``n`` env instances of ``env_id``, made with that id's kwargs."""
+        self.make_kwargs = self.kwargs_by_id.get(env_id, {})
+        return super().get(env_id, n)
+
+
+def make_env_pool(
+    env_ids: Sequence[str], weights: Sequence[float] | None, kwargs_by_id: Mapping[str, Mapping[str, Any]]
+) -> EnvPool:
+    """The envs a run plays: ``env_ids`` drawn by ``weights``, each made with its ``--env-kwarg`` kwargs."""
+    return EnvPoolPerId(list(env_ids), weights, kwargs_by_id={k: dict(v) for k, v in kwargs_by_id.items()})
 
 
 def policy_minibatch(
@@ -285,7 +334,7 @@ def train(cfg: RLConfig) -> dict[str, float]:
     from trainers import modeling as M
     from trainers.engines import make_engine, stop_token_ids
     from trainers.metrics import append_jsonl, episode_summary, plot_rewards, read_jsonl
-    from trainers.rollout import EnvPool, RolloutConfig, collect, engine_actor
+    from trainers.rollout import RolloutConfig, collect, engine_actor
 
     # ---- seeding: the one place ----------------------------------------------------------------------------
     M.seed_everything(cfg.seed, cfg.threads)
@@ -306,7 +355,7 @@ def train(cfg: RLConfig) -> dict[str, float]:
 
     # ---- models: policy (optionally LoRA), frozen reference only when kl_coef > 0, critic when needed --------
     init_spec = ckpt.policy_folder(cfg.init) if cfg.init else cfg.model
-    pool = EnvPool(cfg.env, cfg.env_weights)
+    pool = make_env_pool(cfg.env, cfg.env_weights, cfg.env_kwargs())
     warm = run / "sft-policy"  # the folded-in cold start's result: the start (and KL reference) of RL
     if resume_from and (warm / "config.json").is_file():
         init_spec = str(warm)

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from agentgym_turn.error import InvalidArgument
-from trainers.config import arg, parse_config, to_dict
+from trainers.config import ENV_KWARG_HELP, arg, env_kwargs_by_id, parse_config, to_dict
 
 
 def parse_policy_mix(spec: str) -> tuple[list[str], list[float]]:
@@ -59,6 +59,7 @@ class SFTConfig:
 
     env: list[str] = arg(["TurnRL/WikiTwoTurn-v1"], "env ids whose scripted policies play")  # noqa: RUF009
     env_weights: list[float] | None = arg(None, "sampling weight per --env id")  # noqa: RUF009
+    env_kwarg: list[str] = arg([], ENV_KWARG_HELP)  # noqa: RUF009
     policy: str = arg("scripted:reference=0.7,scripted:direct=0.3", "scripted:NAME[=WEIGHT],... mixture to imitate")
     model: str = arg("smollm2", "model to fine-tune: 'smollm2', a Hugging Face id or a folder")
     init: str | None = arg(None, "checkpoint or HF folder to start from instead of --model")
@@ -80,6 +81,7 @@ class SFTConfig:
 
     def __post_init__(self) -> None:
         parse_policy_mix(self.policy)
+        env_kwargs_by_id(self.env, self.env_kwarg)  # the syntax, checked before anything runs
         for name in ("episodes", "epochs", "batch_episodes", "max_new_tokens", "eval_max_new_tokens"):
             if getattr(self, name) < 1:
                 raise InvalidArgument(f"--{name.replace('_', '-')}={getattr(self, name)} must be >= 1.")
@@ -174,7 +176,8 @@ def main(argv: list[str] | None = None) -> dict:
     from trainers.checkpoint import policy_folder
     from trainers.metrics import append_jsonl
     from trainers.modeling import save_policy, seed_everything
-    from trainers.rollout import EnvPool, RolloutConfig
+    from trainers.rl import make_env_pool
+    from trainers.rollout import RolloutConfig
 
     cfg = parse_config(SFTConfig, argv, prog="python -m trainers.sft", description=__doc__.split("\n\n")[0])
     t0 = time.perf_counter()
@@ -184,7 +187,7 @@ def main(argv: list[str] | None = None) -> dict:
     (out / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
     (out / "metrics.jsonl").unlink(missing_ok=True)
     policy, tok = load_causal_lm(policy_folder(cfg.init) if cfg.init else cfg.model)
-    pool = EnvPool(cfg.env, cfg.env_weights)
+    pool = make_env_pool(cfg.env, cfg.env_weights, env_kwargs_by_id(cfg.env, cfg.env_kwarg))
     demo_cfg = RolloutConfig(max_new_tokens=cfg.max_new_tokens, max_context=cfg.max_context, max_turns=cfg.max_turns)
     eps = demonstrations(pool, tok, cfg.policy, cfg.episodes, cfg.seed, demo_cfg)
     n_tok = sum(int(e.loss_mask.sum()) for e in eps)
