@@ -27,6 +27,20 @@ dict on its turn (:func:`with_late_components`)::
     late:                                        [{"judge": 1}, {"judge": 0}, {"judge": 1}]
     per turn:      {"judge": 1}   {"judge": 0}   {"task": 1.0, "judge": 1}
 
+**Anchor-state keys (optional).** An env may name the state each turn starts from: ``reset`` and every ``step``
+then put ``info["state_key"]``, a short hashable string, in their info (reset's key is the state turn 1 acts in;
+step ``k``'s key is the state after it, where turn ``k + 1`` acts). Two keys are equal exactly when the env is in
+the same state as far as the agent's next turn is concerned, so turns of different episodes (or of the same one)
+that start from equal keys can be compared directly: GiGPO's anchor-state groups (``trainers.credit``). A subclass
+provides it by overriding :meth:`TurnEnv._state_key`; build keys with :func:`state_digest` (and
+:meth:`TurnEnv.conversation_key` when the state is the conversation). What each env's key holds::
+
+    Sokoban       the board (walls, targets, boxes, player): one board reached by different paths is one state
+    WikiTwoTurn   turn index + digest of the conversation so far (system prompt, question, turns, tool results)
+    SearchR1      turn index + digest of the conversation so far
+    τ (+ speech)  turn index + digest of the database state + digest of the dialogue so far (audio by its samples)
+    Arithmetic    the problem + turn index (earlier wrong attempts are not part of the key)
+
 Subclasses implement three things: :meth:`TurnEnv._sample_task` (draw a task with ``self.np_random``),
 :meth:`TurnEnv._begin` (the opening messages for a task) and :meth:`TurnEnv._turn` (score one assistant turn and
 answer it). The base class keeps ``history``, the turn counter, the per-episode reward bookkeeping, the episode
@@ -38,6 +52,7 @@ from __future__ import annotations
 
 import abc
 import copy
+import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -102,6 +117,49 @@ def with_late_components(
     return out
 
 
+STATE_KEY_CHARS = 16
+
+
+def _feed(h: Any, value: Any) -> None:
+    """Feed ``value`` into the hash ``h`` with a type tag, so different structures never collide by concatenation."""
+    if value is None or isinstance(value, bool | int | float):
+        h.update(b"v" + repr(value).encode() + b";")
+    elif isinstance(value, str):
+        data = value.encode("utf-8", errors="surrogatepass")
+        h.update(b"s%d:" % len(data) + data)
+    elif isinstance(value, bytes | bytearray):
+        h.update(b"b%d:" % len(value) + bytes(value))
+    elif isinstance(value, Mapping):
+        h.update(b"d%d:" % len(value))
+        for key in sorted(value, key=repr):
+            _feed(h, key)
+            _feed(h, value[key])
+    elif isinstance(value, list | tuple | frozenset | set):
+        items = sorted(value, key=repr) if isinstance(value, frozenset | set) else value
+        h.update(b"l%d:" % len(items))
+        for item in items:
+            _feed(h, item)
+    elif hasattr(value, "tobytes") and hasattr(value, "dtype"):  # numpy arrays (audio), without importing numpy
+        h.update(f"a{value.dtype}{getattr(value, 'shape', ())}:".encode() + value.tobytes())
+    else:
+        raise TypeError(
+            f"state_digest cannot hash a {type(value).__name__}; pass str, numbers, lists, dicts or arrays."
+        )
+
+
+def state_digest(*parts: Any) -> str:
+    """A short, stable digest (16 hex chars of SHA-1) of ``parts``: str, numbers, bytes, lists, dicts, numpy arrays.
+
+    Equal inputs give equal digests in every process (no ``hash()`` salt), so keys from different workers match.
+
+        >>> state_digest("board", 3) == state_digest("board", 3) != state_digest("board", 4)
+        True
+    """
+    h = hashlib.sha1()
+    _feed(h, list(parts))
+    return h.hexdigest()[:STATE_KEY_CHARS]
+
+
 class TurnEnv(gym.Env[list, str], abc.ABC):
     """Base class of a multi-turn chat environment that pays a reward every turn.
 
@@ -156,6 +214,14 @@ class TurnEnv(gym.Env[list, str], abc.ABC):
         """Task-specific metrics for the finished episode (namespaced ``env/...``)."""
         return {}
 
+    def _state_key(self) -> str | None:
+        """The anchor-state key of the current state (see the module docstring), or ``None``: the env has none."""
+        return None
+
+    def conversation_key(self) -> str:
+        """``"t<turn>:<digest of history>"``: the key of an env whose state is the conversation so far."""
+        return f"t{self.turn}:{state_digest(self.history)}"
+
     # ------------------------------------------------------------------ the Gymnasium API
     @property
     def task(self) -> dict[str, Any] | None:
@@ -190,7 +256,9 @@ class TurnEnv(gym.Env[list, str], abc.ABC):
         self._check_messages(messages)
         self.history = [dict(m) for m in messages]
         self._done = False
-        return [dict(m) for m in messages], {"task_id": task.get("id")}
+        info: dict[str, Any] = {"task_id": task.get("id")}
+        self._add_state_key(info)
+        return [dict(m) for m in messages], info
 
     def step(self, action: str) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
         """Play the assistant's turn ``action`` (any text); never raises on its content."""
@@ -232,6 +300,7 @@ class TurnEnv(gym.Env[list, str], abc.ABC):
         info.update(result.info)
         if late is not None:
             info["late_reward_components"] = late
+        self._add_state_key(info)
         if result.terminated:
             self._done = True
             info["episode"] = self.episode_metrics()
@@ -269,6 +338,14 @@ class TurnEnv(gym.Env[list, str], abc.ABC):
         return "\n".join(lines)
 
     # ------------------------------------------------------------------ helpers
+    def _add_state_key(self, info: dict[str, Any]) -> None:
+        key = self._state_key()
+        if key is None:
+            return
+        if not isinstance(key, str) or not key:
+            raise TypeError(f"{type(self).__name__}._state_key() returned {key!r}; it must be a non-empty str or None.")
+        info["state_key"] = key
+
     def _check_late(self, result: TurnResult) -> list[dict[str, float]] | None:
         """Validate a turn's ``late_components`` (an env bug raises, naming the rule it broke); a clean copy."""
         if result.late_components is None:

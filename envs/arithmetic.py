@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from agentgym_turn.core import Message, RewardLevel, TurnEnv, TurnResult
+from agentgym_turn.core import Message, RewardLevel, TurnEnv, TurnResult, state_digest
 from agentgym_turn.error import InvalidArgument, InvalidTask
 
 DIFFICULTY_OPS = {"easy": 2, "medium": 4, "hard": 6}
@@ -152,6 +152,10 @@ class ArithmeticEnv(TurnEnv):
     def _begin(self, task: dict[str, Any]) -> list[Message]:
         self._correct = 0.0
         return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task["question"]}]
+
+    def _state_key(self) -> str | None:
+        """Anchor-state key: the problem and the turn index (the wrong attempts so far are not part of it)."""
+        return None if self._task is None else f"t{self.turn}:" + state_digest(self._task["question"])
 
     def _turn(self, text: str) -> TurnResult:
         assert self._task is not None

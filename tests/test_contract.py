@@ -7,12 +7,13 @@ import sys
 from typing import ClassVar
 
 import gymnasium as gym
+import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
 import agentgym_turn
 from agentgym_turn import ENV_SPECS, TurnEnv, make_vec
-from agentgym_turn.core import RewardLevel, TurnResult, with_late_components
+from agentgym_turn.core import RewardLevel, TurnResult, state_digest, with_late_components
 from agentgym_turn.error import InvalidArgument, ResetNeeded
 from agentgym_turn.spaces import ChatMessages, UnicodeText, is_message
 
@@ -70,6 +71,38 @@ def test_step_pays_declared_components_and_never_raises_on_text(env):
             break
     else:
         pytest.skip("the env did not end within five junk turns")  # still checked every step above
+
+
+def test_anchor_state_keys(env):
+    """Every registered env reports ``info["state_key"]`` from reset and step: a short str, the same for the same
+    state (same seed, or a fork), different once the task differs."""
+    _, info = env.reset(seed=3)
+    key0 = info["state_key"]
+    assert isinstance(key0, str) and 0 < len(key0) <= 80
+    assert env.reset(seed=3)[1]["state_key"] == key0
+    keys = set()
+    for seed in range(6):
+        keys.add(env.reset(seed=seed)[1]["state_key"])
+    assert len(keys) > 1  # different tasks are different states
+    env.reset(seed=3)
+    _, _, terminated, _, info = env.step("hello")
+    assert isinstance(info["state_key"], str) and info["state_key"]
+    if not terminated:
+        fork = env.unwrapped.fork()
+        assert fork._state_key() == info["state_key"]
+        assert fork.step("bye")[-1]["state_key"] == env.step("bye")[-1]["state_key"]  # same state, same action
+
+
+def test_state_key_is_optional_and_checked():
+    env = LateJudgeEnv()
+    assert "state_key" not in env.reset(seed=0)[1] and "state_key" not in env.step("x")[-1]
+    env._state_key = lambda: 7  # type: ignore[method-assign]
+    with pytest.raises(TypeError, match="non-empty str"):
+        env.reset(seed=0)
+    assert state_digest("a", [1, 2]) == state_digest("a", [1, 2]) != state_digest("a", [2, 1])
+    assert state_digest(["ab"]) != state_digest(["a", "b"]) and len(state_digest({"k": 1.5})) == 16
+    audio = np.zeros(3, dtype=np.float32)
+    assert state_digest(audio) != state_digest(np.ones(3, dtype=np.float32))
 
 
 def test_step_before_reset_and_after_end_raises():

@@ -47,6 +47,13 @@ Strategies (one line each; "uniform" = one number for every token of the traject
   scaled terminal reward on the trajectory's last policy token; GAE (003 eq. 4, §5.1 "turn-level").
 - ``tarl_ppo_traj``: TARL trajectory-level assignment for PPO: the group-normalised TARL score as the single
   trajectory reward on the last policy token; GAE (003 §5.1 "trajectory-level").
+- ``gigpo``: GiGPO (Feng et al. 2025, arXiv 2505.10978): episode-level group advantage of the return plus ω times a
+  step-level advantage of each turn's discounted return within its anchor-state group (needs ``Episode.state_keys``).
+- ``mt_grpo_rtg`` / ``mt_rloo_rtg``: turn-level advantages whose baseline stays unbiased when the policy chooses
+  when to stop (verl RFC #7244): each turn's *return-to-go* is normalised per turn index, instead of summing
+  per-index-normalised turn rewards as MT-GRPO does.
+- ``turn_ppo``: Turn-PPO (Li et al. 2025, arXiv 2512.17008): the critic read only at turn boundaries, GAE over turns,
+  each turn's advantage spread over its tokens.
 
 Masks (004 Agent-R1 §3.2 and Table 4). Two independent switches in :class:`CreditConfig`:
 
@@ -117,11 +124,50 @@ Ambiguities resolved (each is tested in ``tests/trainers/test_credit.py``):
    group-normalised score on the last policy token; with gamma = lambda = 1 (003 footnote 1) its return-to-go is
    then the same for every token, which is how we read "applied uniformly" (a reward copied onto every token
    would make returns scale with length).
+9. Discounted turn returns in MT-GRPO / MT-RLOO (``turn_gamma``): ``A_k = A^T_k + turn_coef * turn_gamma *
+   A_{k+1}`` (trees: times the children's mean), i.e. eq. 12 with the future terms discounted by ``turn_gamma``
+   per turn of distance; ``turn_gamma = 1`` computes exactly today's numbers (tested bit for bit). Inside
+   MT-GRPO the normalised advantages, not raw rewards, are summed, so a discount can only act on that sum and
+   enters as a product with 001's α; it is its own knob because the same ``turn_gamma`` discounts the raw
+   returns-to-go of ``mt_grpo_rtg`` / ``mt_rloo_rtg``, so one flag sets the discount across the family.
+10. GiGPO (2505.10978 eqs. 3-8; verl-agent ``gigpo/core_gigpo.py``). Episode level: the return ``R(τ)`` (every
+    component of every turn) normalised within the group, each episode counted once (eq. 3; verl-agent's default
+    counts a trajectory once per step, which weighs long episodes more; we follow the paper). Step level: turn k's
+    discounted return ``G_k = sum_{l>=k} gigpo_gamma^(l-k) r_l`` (eq. 5, ``r_l`` everything paid at turn l;
+    the paper's γ = 0.95) normalised within its anchor-state group: every turn of every episode of the group whose
+    ``state_keys`` entry is equal (eq. 6), repeated visits of one state inside one episode included, as the code
+    does. A singleton group gives 0. ``A = A^E + gigpo_omega * A^S`` (eq. 8, ω = 1 in the paper). Both levels use
+    the GRPO normaliser with ``scale_by_std`` (on: eq. 3's F_norm = std; off: F_norm = 1, verl-agent's
+    ``mean_norm`` mode), ``eps`` and ``std_ddof``. The env defines what "same state" means (``info["state_key"]``,
+    :mod:`agentgym_turn.core`); exact key equality, no similarity clustering.
+11. The unbiased turn baseline (verl RFC #7244). MT-GRPO's turn-k advantage (``turn_coef = 1``, mean baseline)
+    is ``sum_{l=k}^{K_i-1} (r_l - b_l) + (R^O - b^O)``: the number of baseline terms is set by the episode's own
+    stopping turn ``K_i``, an action-dependent baseline, so the gradient is biased whenever the policy chooses
+    when to stop: an extra turn's reward is cancelled by its own baseline ``b_l``, i.e. "take another turn"
+    carries a hidden ``-E[R_intermediate]``. The fix (``mt_grpo_rtg``, ``mt_rloo_rtg``) normalises the
+    return-to-go, ``A_k = N_k[sum_{l>=k} turn_gamma^(l-k) r^T_l] + N_k[turn_gamma^(K_i-1-k) R^O]``, where
+    ``N_k`` compares the episodes of the group that reached turn k: one baseline per turn index, computed from the
+    other episodes, whatever the episode does later. ``mt_rloo_rtg``'s leave-one-out baseline makes it exactly
+    unbiased (``mt_grpo_rtg`` has GRPO's usual self-inclusion). Choices: turn-level and outcome parts are
+    normalised separately, as in MT-GRPO; every turn's own turn reward counts, the final one included (skipping
+    the group's last index, as MT-GRPO's eq. 9 does, would again depend on how long each episode ran), so
+    ``mt_final_turn_advantage`` and ``turn_coef`` do not apply. Flat groups only: on a rollout tree the
+    episodes below one node share that node's action, so a per-index baseline over them is not independent of
+    it (use ``mt_grpo``'s sibling baselines there).
+12. Turn-PPO (2512.17008): the turn is the MDP step. ``V(s_k)`` is read at turn k's first policy token, i.e.
+    ``values[t_k]`` = the head's output at the last prompt/env token before the turn (:func:`value_positions`);
+    the turn's reward is MT-PPO's (its turn-level components, plus the outcome on the last turn; an empty turn's
+    reward joins the turn before it); ``A_k = delta_k + gamma*lambda*A_{k+1}``, ``delta_k = r_k + gamma
+    V(s_{k+1}) - V(s_k)`` with ``gamma`` / ``gae_lambda`` now per turn (the paper prefers 0.99 / 0.9) and the
+    same terminal/bootstrap rule as item 7. ``returns`` and ``value_masks`` are set at the turn boundaries only, so
+    the critic is trained exactly where it is read; advantages are whitened over the advantage-masked tokens.
+    The paper's turn-level importance ratio in the clipped loss is a loss change, not credit assignment.
 """
 
 from __future__ import annotations
 
 import difflib
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -159,6 +205,10 @@ class CreditConfig:
         tarl_turn_scale: TARL's weight on the other turn scores, divided by the number of turns T (5, see docstring).
         use_loss_mask: the policy loss covers policy tokens only (off: every response token; 004 Table 4).
         use_advantage_mask: advantages/GAE on policy tokens only (off: every response token; 004 Table 4).
+        turn_gamma: discount per turn for the MT-GRPO family: MT-GRPO / MT-RLOO discount future turn advantages
+            by it, MT-GRPO-RTG / MT-RLOO-RTG their returns-to-go (1.0 = undiscounted, today's numbers).
+        gigpo_gamma: GiGPO's discount of each turn's return for the step-level advantage (0.95 in 2505.10978).
+        gigpo_omega: GiGPO's weight ω of the step-level advantage (1.0 in 2505.10978).
     """
 
     gamma: float = 1.0
@@ -175,14 +225,19 @@ class CreditConfig:
     tarl_turn_scale: float = TARL_TURN_SCALE
     use_loss_mask: bool = True
     use_advantage_mask: bool = True
+    turn_gamma: float = 1.0
+    gigpo_gamma: float = 0.95
+    gigpo_omega: float = 1.0
 
     def __post_init__(self) -> None:
-        for name in ("gamma", "gae_lambda"):
+        for name in ("gamma", "gae_lambda", "turn_gamma", "gigpo_gamma"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise InvalidArgument(f"CreditConfig.{name}={value!r} must lie in [0, 1]; the papers use 1.0.")
         if self.turn_coef < 0.0:
             raise InvalidArgument(f"CreditConfig.turn_coef={self.turn_coef!r} must be >= 0 (001 uses [0, 1]).")
+        if self.gigpo_omega < 0.0:
+            raise InvalidArgument(f"CreditConfig.gigpo_omega={self.gigpo_omega!r} must be >= 0 (2505.10978 uses 1).")
         if self.eps <= 0.0:
             raise InvalidArgument(f"CreditConfig.eps={self.eps!r} must be > 0; it keeps a zero std finite.")
         if self.std_ddof not in (0, 1):
@@ -456,7 +511,7 @@ def _flat_turn_advantages(group: list[Episode], kind: Normaliser, cfg: CreditCon
         running = a_out[j]  # carried back from the last turn: A_{K-1} = A^O (+ A^T_{K-1} before the horizon)
         for k in range(ep.num_turns - 1, -1, -1):
             adv[k] = a_turn[j][k] + running
-            running = cfg.turn_coef * adv[k]
+            running = cfg.turn_coef * cfg.turn_gamma * adv[k]
         out.append(adv)
     return out
 
@@ -506,7 +561,11 @@ def _tree_turn_advantages(group: list[Episode], kind: Normaliser, cfg: CreditCon
     def node_adv(node: tuple[int, str]) -> float:
         if node not in memo:
             kids = children.get(node)
-            future = a_out[node] if not kids else cfg.turn_coef * float(np.mean([node_adv(c) for c in kids]))
+            future = (
+                a_out[node]
+                if not kids
+                else cfg.turn_coef * cfg.turn_gamma * float(np.mean([node_adv(c) for c in kids]))
+            )
             memo[node] = a_turn[node] + future
         return memo[node]
 
@@ -528,13 +587,131 @@ def mt_turn_advantages(episodes: Sequence[Episode], kind: Normaliser, cfg: Credi
 
 
 # --------------------------------------------------------------------------------------------------------------
+# Discounted turn returns, the unbiased turn baseline (verl RFC #7244), GiGPO, Turn-PPO
+# --------------------------------------------------------------------------------------------------------------
+
+
+def discounted_returns(rewards: Sequence[float], gamma: float) -> np.ndarray:
+    """Returns-to-go over turns: ``G_k = r_k + gamma * G_{k+1}`` (float64, same length)."""
+    out = np.zeros(len(rewards))
+    running = 0.0
+    for k in range(len(rewards) - 1, -1, -1):
+        running = float(rewards[k]) + gamma * running
+        out[k] = running
+    return out
+
+
+def per_index_normalise(per_episode: Sequence[np.ndarray], kind: Normaliser, cfg: CreditConfig) -> list[np.ndarray]:
+    """Normalise entry k of every array across the arrays that have an entry k (one group's episodes)."""
+    out = [np.zeros(len(x)) for x in per_episode]
+    for k in range(max((len(x) for x in per_episode), default=0)):
+        members = [j for j, x in enumerate(per_episode) if len(x) > k]
+        for j, a in zip(members, group_normalise([per_episode[j][k] for j in members], kind, cfg), strict=True):
+            out[j][k] = a
+    return out
+
+
+def rtg_turn_advantages(episodes: Sequence[Episode], kind: Normaliser, cfg: CreditConfig) -> list[np.ndarray]:
+    """One advantage per turn: per-index-normalised turn-level return-to-go plus discounted outcome (item 11)."""
+    out: list[np.ndarray] = [np.zeros(0)] * len(episodes)
+    for idx in groups_of(episodes).values():
+        group = [episodes[i] for i in idx]
+        if any(ep.node_ids is not None for ep in group):
+            raise InvalidArgument(
+                f"group {group[0].group} is a rollout tree (node_ids set); the return-to-go baseline needs flat "
+                "groups of independent episodes. Use 'mt_grpo' / 'mt_rloo' (sibling baselines) on trees."
+            )
+        turn_rtg = [discounted_returns(turn_level_rewards(ep), cfg.turn_gamma) for ep in group]
+        outcome = [
+            outcome_reward(ep) * cfg.turn_gamma ** np.arange(ep.num_turns - 1, -1, -1, dtype=np.float64) for ep in group
+        ]
+        for i, a_t, a_o in zip(
+            idx, per_index_normalise(turn_rtg, kind, cfg), per_index_normalise(outcome, kind, cfg), strict=True
+        ):
+            out[i] = a_t + a_o
+    return out
+
+
+def state_keys_of(ep: Episode) -> list[str]:
+    """The episode's per-turn anchor-state keys; InvalidArgument naming the fix when the env gave none."""
+    if ep.state_keys is None:
+        raise InvalidArgument(
+            f"this strategy groups turns by anchor state, but an {ep.env_id} episode has no state_keys: the env does "
+            "not report info['state_key'] from reset/step (override TurnEnv._state_key, see agentgym_turn.core), "
+            "or the episode was not built by trainers.rollout. Pick a strategy without anchor states, e.g. 'mt_grpo'."
+        )
+    return list(ep.state_keys)
+
+
+def gigpo_turn_advantages(episodes: Sequence[Episode], cfg: CreditConfig) -> list[np.ndarray]:
+    """GiGPO (2505.10978 eq. 8): ``A^E(episode) + omega * A^S(turn)`` per turn of each episode (item 10)."""
+    a_episode = group_advantages(episodes, merged_reward, "grpo", cfg)
+    returns = [discounted_returns([ep.turn_reward(k) for k in range(ep.num_turns)], cfg.gigpo_gamma) for ep in episodes]
+    a_step = [np.zeros(ep.num_turns) for ep in episodes]
+    anchors: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)
+    for i, ep in enumerate(episodes):
+        for k, key in enumerate(state_keys_of(ep)):
+            anchors[(ep.group, key)].append((i, k))
+    for members in anchors.values():
+        normed = group_normalise([returns[i][k] for i, k in members], "grpo", cfg)
+        for (i, k), a in zip(members, normed, strict=True):
+            a_step[i][k] = a
+    return [a_episode[i] + cfg.gigpo_omega * a_step[i] for i in range(len(episodes))]
+
+
+def value_positions(ep: Episode) -> np.ndarray:
+    """Turn-PPO's critic positions: the first policy token of each turn that has one (int64, increasing).
+
+    ``values[i][t]`` at such a ``t`` is V(s_k), the value of the state the turn starts from (the value head's
+    output at the last prompt/env token before it); ``CreditOutput.value_masks`` of ``turn_ppo`` is 1 exactly here.
+    """
+    turns = ep.turn_index
+    starts = (turns >= 0) & np.concatenate([[True], turns[1:] != turns[:-1]])
+    return np.flatnonzero(starts).astype(np.int64)
+
+
+def turn_gae_credit(
+    episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, rewards: list[np.ndarray], cfg: CreditConfig
+) -> CreditOutput:
+    """GAE over turns (item 12): token ``rewards`` summed per turn, V read at :func:`value_positions`."""
+    vals = _check_values(episodes, values)
+    advs, rets, vmasks = [], [], []
+    for ep, v, r in zip(episodes, vals, rewards, strict=True):
+        starts = value_positions(ep)
+        if len(starts) == 0:
+            raise InvalidArgument(f"an {ep.env_id} episode has no policy tokens; drop it before credit assignment.")
+        step_r = np.add.reduceat(r, starts)  # turn k: its tokens and the env tokens up to the next turn
+        if not np.isclose(step_r.sum(), r.sum()) or r[: starts[0]].any():
+            raise InvalidArgument("a turn reward was placed before the first policy token (internal error).")
+        last = v[len(ep.token_ids)] if (ep.truncated and cfg.bootstrap_truncated) else 0.0
+        a_turn = gae(step_r, v[starts], last, cfg.gamma, cfg.gae_lambda)
+        per_turn = np.zeros(ep.num_turns)
+        per_turn[ep.turn_index[starts]] = a_turn
+        advs.append(broadcast_turns(ep, per_turn, cfg))
+        ret, vmask = np.zeros(len(ep.token_ids), dtype=np.float32), np.zeros(len(ep.token_ids), dtype=np.float32)
+        ret[starts], vmask[starts] = a_turn + v[starts], 1.0
+        rets.append(ret)
+        vmasks.append(vmask)
+    if cfg.whiten_advantages:
+        advs = whiten(advs, [advantage_mask(ep, cfg) for ep in episodes])
+    return CreditOutput(
+        advantages=advs,
+        loss_masks=[loss_mask(ep, cfg) for ep in episodes],
+        returns=rets,
+        value_masks=vmasks,
+        token_rewards=[r.astype(np.float32) for r in rewards],
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------
 # The strategies
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _strategy(critic: bool) -> Callable[[StrategyFn], StrategyFn]:
+def _strategy(critic: bool, state_keys: bool = False) -> Callable[[StrategyFn], StrategyFn]:
     def mark(fn: StrategyFn) -> StrategyFn:
         fn.needs_critic = critic  # type: ignore[attr-defined]
+        fn.needs_state_keys = state_keys  # type: ignore[attr-defined]
         return fn
 
     return mark
@@ -560,12 +737,21 @@ def grpo_mr(episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, cf
     return trajectory_credit(batch, group_advantages(batch, merged_reward, "grpo", cfg), cfg)
 
 
-def _multi_turn_credit(episodes: Sequence[Episode], kind: str, cfg: CreditConfig) -> CreditOutput:
-    """Turn-level group advantages (normaliser ``kind``: "grpo" or "rloo") spread over each turn's tokens."""
+def turn_credit(
+    episodes: Sequence[Episode],
+    turn_advantages: Callable[[Sequence[Episode], CreditConfig], list[np.ndarray]],
+    cfg: CreditConfig,
+) -> CreditOutput:
+    """Check the batch, compute one advantage per turn with ``turn_advantages`` and spread each over its turn."""
     batch = _checked(episodes)
-    per_turn = mt_turn_advantages(batch, kind, cfg)
+    per_turn = turn_advantages(batch, cfg)
     advs = [broadcast_turns(ep, a, cfg) for ep, a in zip(batch, per_turn, strict=True)]
     return CreditOutput(advantages=advs, loss_masks=[loss_mask(ep, cfg) for ep in batch])
+
+
+def _multi_turn_credit(episodes: Sequence[Episode], kind: Normaliser, cfg: CreditConfig) -> CreditOutput:
+    """Turn-level group advantages (normaliser ``kind``: "grpo" or "rloo") spread over each turn's tokens."""
+    return turn_credit(episodes, lambda batch, c: mt_turn_advantages(batch, kind, c), cfg)
 
 
 @_strategy(critic=False)
@@ -678,6 +864,36 @@ def tarl_ppo_traj(episodes: Sequence[Episode], values: Sequence[np.ndarray] | No
     return gae_credit(batch, values, [place_rewards(ep, [], s) for ep, s in zip(batch, scores, strict=True)], cfg)
 
 
+@_strategy(critic=False, state_keys=True)
+def gigpo(episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, cfg: CreditConfig) -> CreditOutput:
+    """GiGPO: episode-level group advantage + ω x step-level advantage within anchor-state groups (2505.10978)."""
+    return turn_credit(episodes, gigpo_turn_advantages, cfg)
+
+
+def _rtg_credit(episodes: Sequence[Episode], kind: Normaliser, cfg: CreditConfig) -> CreditOutput:
+    return turn_credit(episodes, lambda batch, c: rtg_turn_advantages(batch, kind, c), cfg)
+
+
+@_strategy(critic=False)
+def mt_grpo_rtg(episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, cfg: CreditConfig) -> CreditOutput:
+    """MT-GRPO with the unbiased turn baseline: returns-to-go normalised per turn index (verl RFC #7244)."""
+    return _rtg_credit(episodes, "grpo", cfg)
+
+
+@_strategy(critic=False)
+def mt_rloo_rtg(episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, cfg: CreditConfig) -> CreditOutput:
+    """MT-RLOO with the unbiased turn baseline: leave-one-out per turn index on returns-to-go (exactly unbiased)."""
+    return _rtg_credit(episodes, "rloo", cfg)
+
+
+@_strategy(critic=True)
+def turn_ppo(episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, cfg: CreditConfig) -> CreditOutput:
+    """Turn-PPO: V read at turn boundaries, GAE over turns, each turn's advantage on its tokens (2512.17008)."""
+    batch = _checked(episodes)
+    rewards = [place_rewards(ep, turn_level_rewards(ep), outcome_reward(ep)) for ep in batch]
+    return turn_gae_credit(batch, values, rewards, cfg)
+
+
 STRATEGIES: dict[str, StrategyFn] = {
     "grpo_or": grpo_or,
     "grpo_mr": grpo_mr,
@@ -695,6 +911,10 @@ STRATEGIES: dict[str, StrategyFn] = {
     "tarl": tarl,
     "tarl_ppo_turn": tarl_ppo_turn,
     "tarl_ppo_traj": tarl_ppo_traj,
+    "gigpo": gigpo,
+    "mt_grpo_rtg": mt_grpo_rtg,
+    "mt_rloo_rtg": mt_rloo_rtg,
+    "turn_ppo": turn_ppo,
 }
 
 
@@ -713,3 +933,8 @@ def get_strategy(name: str) -> StrategyFn:
 def needs_critic(name: str) -> bool:
     """Whether the strategy ``name`` reads critic values (the PPO family)."""
     return bool(getattr(get_strategy(name), "needs_critic", False))
+
+
+def needs_state_keys(name: str) -> bool:
+    """Whether the strategy ``name`` groups turns by the env's anchor-state keys (``Episode.state_keys``)."""
+    return bool(getattr(get_strategy(name), "needs_state_keys", False))

@@ -40,6 +40,9 @@ class Episode:
         terminated: the episode ended inside the task; ``truncated``: it was cut by an external limit.
         node_ids: for tree rollouts, one id per turn naming the tree node that turn's text belongs to; episodes
             sharing a turn-k node share the whole prefix up to and including turn k. ``None`` for flat groups.
+        state_keys: one anchor-state key per turn, the state that turn acted in (``info["state_key"]`` of the
+            ``reset``/``step`` before it, see :mod:`agentgym_turn.core`); ``None`` when the env provides none. GiGPO
+            groups turns of a group's episodes by these keys.
         metrics: the env's episode metrics (final ``info["episode"]``).
     """
 
@@ -54,6 +57,7 @@ class Episode:
     terminated: bool
     truncated: bool = False
     node_ids: list[str] | None = None
+    state_keys: list[str] | None = None
     metrics: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -69,6 +73,11 @@ class Episode:
             raise ValueError("Episode.turn_index must be >= 0 exactly where loss_mask is 1.")
         if self.node_ids is not None and len(self.node_ids) != len(self.turn_rewards):
             raise ValueError(f"Episode.node_ids has {len(self.node_ids)} ids for {len(self.turn_rewards)} turns.")
+        if self.state_keys is not None and len(self.state_keys) != len(self.turn_rewards):
+            raise ValueError(
+                f"Episode.state_keys has {len(self.state_keys)} keys for {len(self.turn_rewards)} turns; "
+                "give one per turn."
+            )
 
     @property
     def num_turns(self) -> int:

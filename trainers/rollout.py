@@ -15,7 +15,9 @@ Worked example (ChatML, SmolLM2): prompt ``<|im_start|>system ...<|im_end|>\\n<|
 Rewards: each turn's ``Episode.turn_rewards`` entry is the ``info["reward_components"]`` of its ``env.step``, plus,
 when the episode ends, that turn's entry of ``info["late_reward_components"]`` (turn-level rewards only known at the
 end, such as a judge's per-turn scores; :func:`agentgym_turn.core.with_late_components`). The strategies then see
-each turn's raw reward on its own turn, exactly as the env reports it.
+each turn's raw reward on its own turn, exactly as the env reports it. Anchor-state keys: turn k's
+``Episode.state_keys[k]`` is the ``info["state_key"]`` of the ``reset`` (k = 0) or ``step`` before it, the state the
+turn acted in; an env that reports none (or misses one) gives ``state_keys=None``.
 
 Group rollouts pose one task to ``G`` envs (``reset(options={"task": task})``); tree rollouts (MT-GRPO) fork the
 env (``env.unwrapped.fork()``) into ``G`` children at each of the first ``branch_turns`` turns and continue each
@@ -203,6 +205,8 @@ class Slot:
     turn_rewards: list[dict[str, float]] = field(default_factory=list)
     node_ids: list[str] = field(default_factory=list)
     node: str = ""
+    state_keys: list[str | None] = field(default_factory=list)
+    next_key: str | None = None
     done: bool = False
     terminated: bool = False
     truncated: bool = False
@@ -224,6 +228,8 @@ class Slot:
             turn_rewards=[dict(r) for r in self.turn_rewards],
             node_ids=list(self.node_ids),
             node=f"{self.node}.{child}" if self.node else str(child),
+            state_keys=list(self.state_keys),
+            next_key=self.next_key,
             policy_name=self.policy_name,
         )
 
@@ -241,6 +247,7 @@ class Slot:
             terminated=self.terminated,
             truncated=self.truncated,
             node_ids=list(self.node_ids) if tree else None,
+            state_keys=None if None in self.state_keys else [str(k) for k in self.state_keys],
             metrics=dict(self.metrics),
         )
 
@@ -249,7 +256,7 @@ def start_slot(
     env: gym.Env, env_id: str, group: int, tokenizer: Any, seed: int, task: dict | None = None
 ) -> tuple[Slot, dict]:
     """Reset ``env`` (on ``task`` when given) and render its opening messages as the prompt."""
-    messages, _ = env.reset(seed=seed, options=None if task is None else {"task": task})
+    messages, info = env.reset(seed=seed, options=None if task is None else {"task": task})
     prompt = encode(tokenizer, render(tokenizer, messages, generation_prompt=True))
     slot = Slot(
         env=env,
@@ -261,6 +268,7 @@ def start_slot(
         loss_mask=[0] * len(prompt),
         turn_index=[-1] * len(prompt),
         logprobs=[0.0] * len(prompt),
+        next_key=info.get("state_key"),
     )
     return slot, env.unwrapped.task
 
@@ -334,7 +342,9 @@ def _apply_turn(
     slot.turn_index += [turn] * len(ids)
     slot.logprobs += [float(x) for x in gen.logprobs]
     slot.node_ids.append(f"{slot.group}:{slot.node}")
+    slot.state_keys.append(slot.next_key)
     messages, _reward, terminated, truncated, info = slot.env.step(text)
+    slot.next_key = info.get("state_key")
     slot.turn_rewards.append({k: float(v) for k, v in info.get("reward_components", {}).items()})
     slot.messages.append({"role": "assistant", "content": text})
     if terminated or truncated:

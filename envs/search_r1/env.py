@@ -400,6 +400,10 @@ class SearchR1Env(TurnEnv):
             {"role": "user", "content": f"Question: {task['question']}"},
         ]
 
+    def _state_key(self) -> str:
+        """Anchor-state key: turn index + digest of the conversation so far (``TurnEnv.conversation_key``)."""
+        return self.conversation_key()
+
     def _turn(self, text: str) -> TurnResult:
         answers = self.task["answers"]
         oversized = len(text) > self.max_action_chars

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from agentgym_turn.core import Message, RewardLevel, TurnEnv, TurnResult
+from agentgym_turn.core import Message, RewardLevel, TurnEnv, TurnResult, state_digest
 from agentgym_turn.error import InvalidArgument, InvalidTask
 from agentgym_turn.policies import ScriptedPolicy
 from envs.sokoban.policies import bfs_policy, random_policy
@@ -241,6 +241,10 @@ class SokobanEnv(TurnEnv):
             max_actions=self.max_actions_per_turn,
         )
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+    def _state_key(self) -> str | None:
+        """Anchor-state key: the board (one board reached by different move sequences is one state)."""
+        return None if self.board is None else "board:" + state_digest(board_rows(self.board))
 
     def _turn(self, text: str) -> TurnResult:
         assert self.board is not None

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from agentgym_turn.core import Message, RewardLevel, TurnEnv, TurnResult
+from agentgym_turn.core import Message, RewardLevel, TurnEnv, TurnResult, state_digest
 from agentgym_turn.error import InvalidArgument, InvalidTask, ServiceError
 from agentgym_turn.parsing import ParseError, count_tag, find_tags, parse_tool_call
 from agentgym_turn.tools import ToolFailure, call_tool
@@ -293,6 +293,11 @@ class TauEnv(TurnEnv):
         self._tool_calls = self._tool_errors = 0
         self._result = {}
         return [{"role": "system", "content": self.system_prompt()}, self._user_message(self._first_user_text)]
+
+    def _state_key(self) -> str:
+        """Anchor-state key: turn index + digest of the database state + digest of the dialogue so far."""
+        db = "none" if self._db is None else self._db.state_hash()
+        return f"{self.conversation_key()}:" + state_digest(db)
 
     def _turn(self, text: str) -> TurnResult:
         assert self._db is not None and self._task is not None

@@ -280,6 +280,10 @@ class WikiTwoTurnEnv(TurnEnv):
         self._tool_ok = False
         return [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": task["question"]}]
 
+    def _state_key(self) -> str:
+        """Anchor-state key: turn index + digest of the conversation so far (``TurnEnv.conversation_key``)."""
+        return self.conversation_key()
+
     def _turn(self, text: str) -> TurnResult:
         if len(text) > self.max_action_chars:
             scored = f"[a {len(text)}-character turn, over the {self.max_action_chars}-character limit]"

@@ -529,6 +529,7 @@ def test_registry_lists_every_strategy_of_the_seeds():
         "mt_ppo",
         "tarl_ppo_turn",
         "tarl_ppo_traj",
+        "turn_ppo",
     }
     with pytest.raises(InvalidArgument):
         CreditConfig(gamma=1.5)
@@ -552,7 +553,9 @@ def build(specs) -> list[Episode]:
     for group, turns, pool in specs:
         rewards = [{"tool": pool[k]} for k in range(len(turns))]
         rewards[-1]["em"] = pool[5]
-        eps.append(make_episode(turns, rewards, group=group))
+        ep = make_episode(turns, rewards, group=group)
+        ep.state_keys = [f"s{k}:{pool[0] > 0 and k > 0}" for k in range(len(turns))]  # for GiGPO's anchor groups
+        eps.append(ep)
     return eps
 
 

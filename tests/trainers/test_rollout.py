@@ -55,6 +55,7 @@ def test_scripted_episode_is_the_template_rendering_with_exact_masks(tokenizer):
         assert ep.turn_rewards == [{"tool": 0.2, "brevity": brevity[0]}, {"exact_match": 1.0, "brevity": brevity[1]}]
         assert ep.reward_levels == {"tool": "turn", "brevity": "turn", "exact_match": "outcome"}
         assert ep.terminated and not ep.truncated and ep.node_ids is None
+        assert ep.state_keys is None  # the toy env reports no info["state_key"]
         assert np.array_equal(ep.loss_mask == 1, ep.turn_index >= 0)
         env_tokens = decode(tokenizer, ep.token_ids[(ep.loss_mask == 0) & (np.arange(len(ep.token_ids)) > 40)])
         assert "<result>" in env_tokens and "<|im_start|>assistant\n" in env_tokens
@@ -187,4 +188,15 @@ def test_prefix_invariant_on_real_wiki_two_turn_episodes(tokenizer):
             )
             assert env_part.startswith("\n<|im_start|>user\n<result>") and env_part.endswith("<|im_start|>assistant\n")
             assert ep.turn_rewards[0]["tool_execution"] == 0.2
+    # anchor-state keys: turn k's key is the state it acted in; a group's episodes all start from one state
+    for group in {ep.group for ep in episodes}:
+        members = [ep for ep in episodes if ep.group == group]
+        assert len({ep.state_keys[0] for ep in members}) == 1 and members[0].state_keys[0].startswith("t0:")
+    env = pool.get(wiki, 1)[0]
+    _, info = env.reset(seed=0)
+    first = info["state_key"]
+    _, _, _, _, info = env.step('<reasoning>r</reasoning><tool>{"name": "wiki_search", "args": {"query": "x"}}</tool>')
+    assert first.startswith("t0:") and info["state_key"].startswith("t1:")
+    for ep in episodes:
+        assert len(ep.state_keys) == ep.num_turns and all(k.startswith(f"t{i}:") for i, k in enumerate(ep.state_keys))
     pool.close()
