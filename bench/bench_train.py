@@ -1,18 +1,27 @@
-"""Training throughput of the default model (run: ``python bench/bench_train.py [--quick]``).
+"""Update throughput of the default model (run: ``python bench/bench_train.py [--quick] [--rounds N]``).
 
 One update step as ``trainers/rl.py`` runs it, on WikiTwoTurn episodes played by the scripted policies and
-tokenised exactly as in RL (~350-550 tokens each): policy forward+backward+AdamW, optionally with the critic
-(value head on a backbone copy, own AdamW) and the frozen reference's forward (MT-PPO's full memory footprint).
-Compares the LM head over every position (``full``, the path before issue 11) with the head only
-where a log-prob is needed (``masked``), bf16 autocast vs fp32, side by side (interleaved, same threads), each in
-a fresh subprocess so peak RSS is its own. Targets: >= 2x the full head (issue 11), policy + reference + critic
-within 8 GB.
+tokenised exactly as in RL (~350-550 tokens each): the policy's forward+backward and AdamW step, optionally with
+the critic (value head on a backbone copy, own AdamW; no LM head) and the frozen reference's forward (head only on
+the loss tokens): MT-PPO's full footprint. Variants, each in a fresh subprocess (its own peak RSS), interleaved
+over ``--rounds`` rounds on the same episodes and threads:
+
+- ``full-head``: fp32 weights under bf16 autocast, LM head at every position, for-loop AdamW (before issue 11);
+- ``head``: the same with the LM head only where a log-prob is needed (HEAD before the rest of issue 11 item 4);
+- ``fused``: ``head`` with fused AdamW;
+- ``bf16``: bf16 weights with fp32 master weights and optimizer state (``--dtype bfloat16``), no autocast, fused
+  AdamW.
+
+Reported: update tokens/s by wall clock and by process CPU time (the machine is shared: CPU time is the steadier
+of the two), the optimizer step's share, peak RSS, and each variant's median ratio to ``head`` and ``full-head``.
+Target (issue 11): >= 2x, policy + reference + critic within 8 GB.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -20,63 +29,79 @@ import time
 CHILD = r"""
 import json, resource, sys, time
 import numpy as np, torch
-episodes_n, bf16, pack_tokens = int(sys.argv[1]), sys.argv[2] == "1", int(sys.argv[3])
-full, threads, masked = sys.argv[4] == "1", int(sys.argv[5]), sys.argv[6] == "1"
+episodes_n, threads, variant, full = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
 torch.set_num_threads(threads)
 from agentgym_turn.models import load_causal_lm
 from trainers import modeling as M
 from trainers.credit import CreditConfig, get_strategy
 from trainers.engines import stop_token_ids
-from trainers.losses import policy_loss, value_loss
+from trainers.losses import aggregate_denominator, policy_loss, value_loss
 from trainers.rollout import EnvPool, RolloutConfig, collect, scripted_actor
 policy, tok = load_causal_lm("smollm2")
 eos = tok.convert_tokens_to_ids("<|im_end|>")
-eps, _ = collect(EnvPool(["TurnRL/WikiTwoTurn-v0"]), scripted_actor(tok, eos, ["reference", "direct"], [0.7, 0.3]),
+eps, _ = collect(EnvPool(["TurnRL/WikiTwoTurn-v1"]), scripted_actor(tok, eos, ["reference", "direct"], [0.7, 0.3]),
                  tok, stop_token_ids(tok), RolloutConfig(256, 2048), num_tasks=episodes_n // 2, group_size=2, seed=0)
-reference = M.frozen_copy(policy) if full else None
+half, masked, fused = variant == "bf16", variant != "full-head", variant in ("fused", "bf16")
+reference = M.frozen_copy(policy).to(torch.bfloat16 if half else torch.float32) if full else None
 critic = M.ValueModel.from_policy(policy) if full else None
-opt = torch.optim.AdamW(policy.parameters(), lr=1e-6)
-copt = torch.optim.AdamW(critic.parameters(), lr=1e-5) if full else None
-t0 = time.perf_counter()
-packs = M.pack_episodes(eps, range(len(eps)), pack_tokens)
-with torch.no_grad(), M.autocast(bf16):
+master = M.MasterWeights(policy) if half else None
+cmaster = M.MasterWeights(critic) if half and full else None
+params = master.params if half else list(policy.parameters())
+cparams = (cmaster.params if half else list(critic.parameters())) if full else []
+opt = torch.optim.AdamW(params, lr=1e-6, fused=fused or None)
+copt = torch.optim.AdamW(cparams, lr=1e-5, fused=fused or None) if full else None
+ac = not half
+t0, c0 = time.perf_counter(), time.process_time()
+packs = M.pack_episodes(eps, range(len(eps)), 512)
+in_loss = [e.loss_mask.astype(np.float32) for e in eps]
+with torch.no_grad(), M.autocast(ac):
     heads = {}
     for p in packs:
         if full:
-            M.pack_logprobs(reference, p, positions=p.gather([e.loss_mask for e in eps]) if masked else None)
+            M.pack_logprobs(reference, p, positions=p.gather(in_loss) if masked else None)
             heads.update(p.split(critic.pack_values(p)))
 values = [M.critic_values(heads[i]) for i in range(len(eps))] if full else None
 credit = get_strategy("mt_ppo" if full else "grpo_mr")(eps, values, CreditConfig())
+den = aggregate_denominator(credit.loss_masks, "seq_mean_token_mean")
+vden = aggregate_denominator(credit.value_masks, "token_mean") if full else None
 for p in packs:
     mask = p.gather(credit.loss_masks)
-    with M.autocast(bf16):
+    with M.autocast(ac):
         st = M.pack_logprobs(policy, p, entropy_mask=mask, positions=mask if masked else None)
-    old = p.gather([e.logprobs for e in eps])
-    loss, _ = policy_loss(st.logprobs, old, p.gather(credit.advantages), mask, seq_ids=p.seq_ids)
+    loss, _ = policy_loss(st.logprobs, st.logprobs.detach(), p.gather(credit.advantages), mask, seq_ids=p.seq_ids,
+                          denominator=den)
     loss.backward()
     if full:
-        with M.autocast(bf16):
+        with M.autocast(ac):
             head = critic.pack_values(p)
         v = torch.cat([torch.zeros(1), head[:-1]])
         old_v = p.gather([x[:-1] for x in values])
-        value_loss(v, old_v, p.gather(credit.returns), p.gather(credit.value_masks)).backward()
+        value_loss(v, old_v, p.gather(credit.returns), p.gather(credit.value_masks), denominator=vden).backward()
+t_opt = time.perf_counter()
+torch.nn.utils.clip_grad_norm_(params, 1.0)
 opt.step()
+if half:
+    master.push()
 if full:
+    torch.nn.utils.clip_grad_norm_(cparams, 1.0)
     copt.step()
-dt = time.perf_counter() - t0
+    if half:
+        cmaster.push()
+dt, cpu, opt_s = time.perf_counter() - t0, time.process_time() - c0, time.perf_counter() - t_opt
 n = sum(len(e.token_ids) for e in eps)
-print(json.dumps({"episodes": len(eps), "tokens": n, "rows": len(packs), "bf16": bf16, "pack_tokens": pack_tokens,
-                  "full": full, "masked": masked, "seconds": round(dt, 1), "tok_per_s": round(n / dt, 1),
+print(json.dumps({"variant": variant, "full": full, "tokens": n, "rows": len(packs), "seconds": round(dt, 1),
+                  "tok_per_s": round(n / dt, 1), "tok_per_cpu_s": round(n / cpu, 1), "opt_s": round(opt_s, 2),
                   "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}))
 """
 
+VARIANTS = ("full-head", "head", "fused", "bf16")
 
-def run(episodes: int, bf16: bool, pack_tokens: int, full: bool, threads: int, masked: bool) -> dict:
-    argv = [str(episodes), "1" if bf16 else "0", str(pack_tokens), "1" if full else "0", str(threads)]
-    argv.append("1" if masked else "0")
+
+def run(episodes: int, threads: int, variant: str, full: bool) -> dict:
+    argv = [str(episodes), str(threads), variant, "1" if full else "0"]
     out = subprocess.run([sys.executable, "-c", CHILD, *argv], capture_output=True, text=True)
     if out.returncode:
-        return {"error": out.stderr.strip().splitlines()[-1][:200], "bf16": bf16, "pack_tokens": pack_tokens}
+        return {"error": out.stderr.strip().splitlines()[-1][:200], "variant": variant, "full": full}
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -84,27 +109,42 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="4 episodes per configuration instead of 8")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds over every variant")
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--no-full", action="store_true", help="policy only (no critic and reference runs)")
     args = parser.parse_args()
     n = 4 if args.quick else 8
-    # before (LM head at every position) and after (only where a log-prob is needed), interleaved
-    configs = [
-        (bf16, 512, full, m) for bf16, full in [(True, False), (False, False), (True, True)] for m in (False, True)
-    ]
+    modes = [False] if args.no_full else [False, True]
     t0 = time.perf_counter()
-    rows = [run(n, bf16, pack, full, args.threads, m) for bf16, pack, full, m in configs]
-    head = ["what", "head", "bf16", "pack", "rows", "tokens", "tok/s", "x full", "peak GB"]
-    print(f"{head[0]:<24}" + "".join(f"{h:>8}" for h in head[1:]))
-    for i, (r, (_, _, full, m)) in enumerate(zip(rows, configs, strict=True)):
-        what = "policy+critic+reference" if full else "policy only"
-        if "error" in r:
-            print(f"{what:<24} error: {r['error']}")
-            continue
-        before = rows[i - 1].get("tok_per_s") if m else r["tok_per_s"]  # the full-head row of the same kind
-        ratio = r["tok_per_s"] / before if before else float("nan")
-        cells = ["masked" if m else "full", r["bf16"], r["pack_tokens"], r["rows"], r["tokens"]]
-        cells += [f"{r['tok_per_s']:.1f}", f"{ratio:.2f}", f"{r['peak_rss_gb']:.2f}"]
-        print(f"{what:<24}" + "".join(f"{c!s:>8}" for c in cells))
-    print(f"targets: masked >= 2x full; policy + reference + critic <= 8 GB; wall {time.perf_counter() - t0:.0f} s")
+    results: dict[tuple[str, bool], list[dict]] = {}
+    head = ["what", "variant", "round", "tokens", "tok/s", "tok/cpu-s", "opt s", "peak GB"]
+    print(f"{head[0]:<24}" + "".join(f"{h:>10}" for h in head[1:]), flush=True)
+    for r in range(args.rounds):
+        for full in modes:
+            for variant in args.variants:
+                row = run(n, args.threads, variant, full)
+                what = "policy+critic+reference" if full else "policy only"
+                if "error" in row:
+                    print(f"{what:<24}{variant:>10} error: {row['error']}", flush=True)
+                    continue
+                results.setdefault((variant, full), []).append(row)
+                cells = [variant, r + 1, row["tokens"], row["tok_per_s"], row["tok_per_cpu_s"], row["opt_s"],
+                         row["peak_rss_gb"]]  # fmt: skip
+                print(f"{what:<24}" + "".join(f"{c!s:>10}" for c in cells), flush=True)
+    print("\nmedians over rounds; ratios to 'head' (HEAD's update) and 'full-head' (before issue 11):")
+    print(f"{'what':<24}{'variant':>10}{'tok/s':>10}{'tok/cpu-s':>10}{'x head':>10}{'x full':>10}{'cpu x head':>12}")
+    for full in modes:
+        med = {v: {k: statistics.median(r[k] for r in rows) for k in ("tok_per_s", "tok_per_cpu_s")}
+               for (v, f), rows in results.items() if f == full}  # fmt: skip
+        for variant, m in med.items():
+            base, orig = med.get("head"), med.get("full-head")
+            x_head = m["tok_per_s"] / base["tok_per_s"] if base else float("nan")
+            x_full = m["tok_per_s"] / orig["tok_per_s"] if orig else float("nan")
+            cpu_x = m["tok_per_cpu_s"] / base["tok_per_cpu_s"] if base else float("nan")
+            what = "policy+critic+reference" if full else "policy only"
+            print(f"{what:<24}{variant:>10}{m['tok_per_s']:>10.1f}{m['tok_per_cpu_s']:>10.1f}{x_head:>10.2f}"
+                  f"{x_full:>10.2f}{cpu_x:>12.2f}")  # fmt: skip
+    print(f"targets: >= 2x; policy + reference + critic <= 8 GB; wall {time.perf_counter() - t0:.0f} s")
 
 
 if __name__ == "__main__":

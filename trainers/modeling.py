@@ -98,6 +98,70 @@ def pack_episodes(episodes: Sequence[Episode], indices: Sequence[int], pack_toke
     return packs
 
 
+class MasterWeights:
+    """Mixed precision without autocast: ``model``'s weights become bf16 (every matmul and elementwise op runs in
+    bf16 with no per-forward recasting of fp32 weights, as autocast does), while ``params``, fp32 copies of its
+    trainable parameters, are what the optimizer steps (fp32 optimizer state; steps below bf16's resolution are
+    kept, not rounded away).
+
+    Each bf16 gradient is added into its master's fp32 ``.grad`` as soon as backward has accumulated it (a
+    post-accumulate-grad hook) and then freed, so gradients summed over packs keep fp32 precision. After
+    ``opt.step()``: :meth:`push` writes the masters back, rounded to bf16. :meth:`full_precision` puts the fp32
+    values in the model for saving a checkpoint::
+
+        master = MasterWeights(model)                 # model is now bf16
+        opt = torch.optim.AdamW(master.params, ...)
+        loss.backward(); opt.step(); master.push(); opt.zero_grad()
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.trained = [p for p in model.parameters() if p.requires_grad]  # tied weights appear once
+        self.params = [p.detach().float().clone().requires_grad_(True) for p in self.trained]
+        model.to(torch.bfloat16)
+        for p, m in zip(self.trained, self.params, strict=True):
+            p.register_post_accumulate_grad_hook(self._to_master(m))
+
+    @staticmethod
+    def _to_master(master: torch.Tensor) -> Any:
+        def hook(p: torch.Tensor) -> None:
+            if master.grad is None:
+                master.grad = p.grad.float()
+            else:
+                master.grad.add_(p.grad)
+            p.grad = None
+
+        return hook
+
+    @torch.no_grad()
+    def push(self) -> None:
+        """Copy the (stepped) fp32 masters into the bf16 weights."""
+        for p, m in zip(self.trained, self.params, strict=True):
+            p.copy_(m)
+
+    @contextlib.contextmanager
+    def full_precision(self) -> Any:
+        """The model in fp32 holding the masters' exact values (to save it), bf16 again afterwards."""
+        self.model.float()
+        with torch.no_grad():
+            for p, m in zip(self.trained, self.params, strict=True):
+                p.copy_(m)
+        try:
+            yield self.model
+        finally:
+            self.model.to(torch.bfloat16)
+
+
+@contextlib.contextmanager
+def full_precision(*masters: MasterWeights | None) -> Any:
+    """Every given :class:`MasterWeights`' model in fp32 with its masters' values (``None`` entries are skipped)."""
+    with contextlib.ExitStack() as stack:
+        for m in masters:
+            if m is not None:
+                stack.enter_context(m.full_precision())
+        yield
+
+
 def autocast(bf16: bool) -> Any:
     """CPU bf16 autocast when ``bf16``, else a no-op context."""
     return torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()

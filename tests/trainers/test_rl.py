@@ -60,6 +60,7 @@ def _weights(path: str) -> dict:
         ("mt_ppo", {"kl_coef": 0.01}),
         ("mt_grpo", {"kl_coef": 0.0, "tree": True}),
         ("grpo_mr", {"lora_rank": 2, "kl_coef": 0.01}),
+        ("mt_ppo", {"kl_coef": 0.01, "dtype": "bfloat16"}),  # bf16 weights, fp32 masters (issue 11 item 4)
     ],
 )
 def test_tiny_training_run_moves_weights_and_losses_are_finite(tmp_path, tiny_model_dir, strategy, extra):
@@ -79,14 +80,15 @@ def test_tiny_training_run_moves_weights_and_losses_are_finite(tmp_path, tiny_mo
     assert moved, "no weight changed"
 
 
-def test_resume_equals_an_uninterrupted_run(tmp_path, tiny_model_dir):
-    full = train(_cfg(tmp_path / "a", tiny_model_dir, steps=3))
-    train(_cfg(tmp_path / "b", tiny_model_dir, steps=2))
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_resume_equals_an_uninterrupted_run(tmp_path, tiny_model_dir, dtype):
+    full = train(_cfg(tmp_path / "a", tiny_model_dir, steps=3, dtype=dtype))
+    train(_cfg(tmp_path / "b", tiny_model_dir, steps=2, dtype=dtype))
     run = tmp_path / "b" / "run"
     with open(run / "metrics.jsonl", "a") as f:
         f.write('{"step": 3, "rollout/ret')  # the step in flight, cut by the kill
     (run / ".checkpoint-000003.tmp").mkdir()
-    resumed = train(_cfg(tmp_path / "b", tiny_model_dir, steps=3, resume=True))
+    resumed = train(_cfg(tmp_path / "b", tiny_model_dir, steps=3, resume=True, dtype=dtype))
     assert resumed["rollout/return"] == pytest.approx(full["rollout/return"])
     assert resumed["losses/policy"] == pytest.approx(full["losses/policy"], rel=1e-4, abs=1e-6)
     a = _weights(str(tmp_path / "a" / "run" / "checkpoint-000003" / "policy"))
@@ -95,7 +97,7 @@ def test_resume_equals_an_uninterrupted_run(tmp_path, tiny_model_dir):
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3]
     with pytest.raises(ValueError, match="--resume"):
-        train(_cfg(tmp_path / "b", tiny_model_dir, steps=4))
+        train(_cfg(tmp_path / "b", tiny_model_dir, steps=4, dtype=dtype))
 
 
 def test_cli_sigkill_then_resume(tmp_path, tiny_model_dir):
