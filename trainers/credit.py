@@ -109,8 +109,9 @@ Ambiguities resolved (each is tested in ``tests/trainers/test_credit.py``):
    the value 001 D.1.3 uses).
 7. PPO: ``returns = advantages + V`` before whitening; advantages are then whitened over the batch's
    advantage-masked tokens (``whiten_advantages``, as verl, 001's and 003's code base, does). A terminated
-   episode's last value is 0; a truncated one bootstraps from ``values[i][n]`` when ``bootstrap_truncated`` (the
-   default; Gymnasium's meaning of truncation), else 0. A turn with no policy tokens (empty generation) puts its
+   episode's last value is 0; a truncated one bootstraps from ``values[i][n]`` when ``bootstrap_truncated``
+   (Gymnasium's meaning of truncation; opt-in, since no target ever trains the head at that position), else 0
+   (the default, as verl). A turn with no policy tokens (empty generation) puts its
    reward on the latest policy token before it (or the first policy token).
 8. TARL: the terminal reward R(tau) is the sum of outcome components, each turn's judge score the sum of that
    turn's turn-level components, both raw as the env reports them (a judge scores every turn after the episode;
@@ -219,7 +220,7 @@ class CreditConfig:
     std_ddof: int = 1
     scale_by_std: bool = True
     whiten_advantages: bool = True
-    bootstrap_truncated: bool = True
+    bootstrap_truncated: bool = False
     tarl_terminal_scale: float = TARL_TERMINAL_SCALE
     tarl_major_scale: float = TARL_MAJOR_SCALE
     tarl_turn_scale: float = TARL_TURN_SCALE

@@ -38,7 +38,7 @@ import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ from trainers.credit import loss_mask as loss_tokens
 from trainers.engines import ENGINES, default_engine
 from trainers.episode import Episode
 from trainers.rollout import EnvPool
+from trainers.sft import SFTConfig
 
 CREDIT = {
     "ppo": {"or": "ppo_or", "mr": "ppo_mr", "mt": "mt_ppo"},
@@ -68,11 +69,12 @@ class RLConfig:
     model: str = arg("smollm2", "policy to start from: 'smollm2', a Hugging Face id or a model folder")
     init: str | None = arg(None, "checkpoint or HF folder to start from (e.g. the output of trainers.sft)")
     sft_episodes: int = arg(
-        32, "cold start folded in: fine-tune on this many scripted episodes first (not with --init)"
+        SFTConfig.episodes, "cold start folded in: fine-tune on this many scripted episodes first (not with --init)"
     )
     sft_policy: str = arg("scripted:reference=0.7,scripted:direct=0.3", "scripted mixture of the cold start")
-    sft_epochs: int = arg(2, "passes over the cold-start demonstrations")
-    sft_lr: float = arg(2e-4, "learning rate of the cold start")
+    sft_epochs: int = arg(SFTConfig.epochs, "passes over the cold-start demonstrations")
+    sft_batch_episodes: int = arg(SFTConfig.batch_episodes, "cold-start episodes per optimizer step")
+    sft_lr: float = arg(SFTConfig.lr, "learning rate of the cold start")
     algo: str = arg("ppo", "family that --credit picks from", choices=("ppo", "grpo"))
     credit: str | None = arg(
         None, "or | mr | mt: outcome, merged or multi-turn reward of --algo", choices=("or", "mr", "mt")
@@ -118,6 +120,11 @@ class RLConfig:
     whiten_advantages: bool = arg(
         CreditConfig.whiten_advantages, "whiten GAE / REINFORCE++ advantages over the batch's tokens (verl)"
     )
+    turn_gamma: float = arg(
+        CreditConfig.turn_gamma, "per-turn discount: mt_grpo/mt_rloo future advantages, mt_*_rtg returns-to-go"
+    )
+    gigpo_gamma: float = arg(CreditConfig.gigpo_gamma, "GiGPO: discount of each turn's return (step-level advantage)")
+    gigpo_omega: float = arg(CreditConfig.gigpo_omega, "GiGPO: weight omega of the step-level advantage")
     mt_final_turn_advantage: bool = arg(
         CreditConfig.mt_final_turn_advantage,
         "MT-GRPO/MT-RLOO: add the final turn's own turn-level advantage (an extension of 000 eq. 9 / 001 eq. 12)",
@@ -142,6 +149,12 @@ class RLConfig:
     resume: bool = arg(False, "continue the run in --out-dir from its latest checkpoint")
     save_every: int = arg(1, "checkpoint every N steps (1: a kill loses at most the step in flight)")
     check_prefix: bool = arg(True, "check the token/template prefix invariant every turn")
+    eval_every: int = arg(0, "held-out greedy evaluation every N steps (and at step 0), as eval/... (0 = off)")
+    eval_tasks: int = arg(64, "held-out tasks per evaluation: a fixed subset, the same at every evaluation")
+    eval_seed: int = arg(12_345, "seed of the held-out task draw (leaderboards.evaluate --seed draws the same)")
+    eval_env_kwarg: list[str] = arg(  # noqa: RUF009
+        [], "held-out gym.make kwargs key=value over the env family's (WikiTwoTurn: split=validation)"
+    )
 
     def __post_init__(self) -> None:
         if self.credit is not None:
@@ -178,10 +191,10 @@ class RLConfig:
         for name in ("lr", "critic_lr", "clip_eps", "max_grad_norm", "temperature", "group_std_eps"):
             if getattr(self, name) <= 0:
                 raise InvalidArgument(f"--{name.replace('_', '-')}={getattr(self, name)} must be > 0.")
-        if self.sft_episodes < 0 or self.sft_epochs < 1 or self.sft_lr <= 0:
+        if self.sft_episodes < 0 or self.sft_epochs < 1 or self.sft_batch_episodes < 1 or self.sft_lr <= 0:
             raise InvalidArgument(
-                f"--sft-episodes={self.sft_episodes} must be >= 0, --sft-epochs={self.sft_epochs} >= 1 and "
-                f"--sft-lr={self.sft_lr} > 0."
+                f"--sft-episodes={self.sft_episodes} must be >= 0, --sft-epochs={self.sft_epochs} >= 1, "
+                f"--sft-batch-episodes={self.sft_batch_episodes} >= 1 and --sft-lr={self.sft_lr} > 0."
             )
         if self.sft_episodes:
             from trainers.sft import parse_policy_mix
@@ -202,6 +215,15 @@ class RLConfig:
             )
         if self.engine_kv_cache_gib is not None and self.engine_kv_cache_gib < 1:
             raise InvalidArgument(f"--engine-kv-cache-gib={self.engine_kv_cache_gib} must be a whole number >= 1.")
+        if self.eval_every < 0 or self.eval_tasks < 1:
+            raise InvalidArgument(
+                f"--eval-every={self.eval_every} must be >= 0 (0 = off) and --eval-tasks={self.eval_tasks} >= 1."
+            )
+        if self.eval_every:
+            from trainers.evaluation import held_out_kwargs, parse_env_kwargs
+
+            for env_id in self.env:  # an env without a held-out definition fails now, not at the first evaluation
+                held_out_kwargs(env_id, parse_env_kwargs(self.eval_env_kwarg) if self.eval_env_kwarg else None)
         if self.tree and self.branch_turns < 1:
             raise InvalidArgument(f"--branch-turns={self.branch_turns} must be >= 1 with --tree.")
         self.credit_config()  # validates gamma/lambda/turn_coef
@@ -212,6 +234,9 @@ class RLConfig:
             gamma=self.gamma,
             gae_lambda=self.gae_lambda,
             turn_coef=self.turn_coef,
+            turn_gamma=self.turn_gamma,
+            gigpo_gamma=self.gigpo_gamma,
+            gigpo_omega=self.gigpo_omega,
             mt_final_turn_advantage=self.mt_final_turn_advantage,
             eps=self.group_std_eps,
             std_ddof=self.group_std_ddof,
@@ -232,23 +257,11 @@ class RLConfig:
         return env_kwargs_by_id(self.env, self.env_kwarg)
 
 
-@dataclass
-class EnvPoolPerId(EnvPool):
-    """An :class:`~trainers.rollout.EnvPool` whose ``gym.make`` kwargs differ per env id (``kwargs_by_id``)."""
-
-    kwargs_by_id: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def get(self, env_id: str, n: int) -> list[Any]:
-        """``n`` env instances of ``env_id``, made with that id's kwargs."""
-        self.make_kwargs = self.kwargs_by_id.get(env_id, {})
-        return super().get(env_id, n)
-
-
 def make_env_pool(
     env_ids: Sequence[str], weights: Sequence[float] | None, kwargs_by_id: Mapping[str, Mapping[str, Any]]
 ) -> EnvPool:
     """The envs a run plays: ``env_ids`` drawn by ``weights``, each made with its ``--env-kwarg`` kwargs."""
-    return EnvPoolPerId(list(env_ids), weights, kwargs_by_id={k: dict(v) for k, v in kwargs_by_id.items()})
+    return EnvPool(list(env_ids), weights, kwargs_by_id={k: dict(v) for k, v in kwargs_by_id.items()})
 
 
 def policy_minibatch(
@@ -347,6 +360,8 @@ def train(cfg: RLConfig) -> dict[str, float]:
     from trainers import checkpoint as ckpt
     from trainers import modeling as M
     from trainers.engines import make_engine, stop_token_ids
+    from trainers.evaluation import HeldOut, close_pools, evaluate_policy, parse_env_kwargs
+    from trainers.experiments import peak_memory_gib
     from trainers.metrics import append_jsonl, episode_summary, plot_rewards, read_jsonl
     from trainers.rollout import RolloutConfig, collect, engine_actor
 
@@ -380,7 +395,7 @@ def train(cfg: RLConfig) -> dict[str, float]:
 
         demo_cfg = RolloutConfig(min(256, cfg.max_context - 1), cfg.max_context, cfg.max_turns)
         demos = demonstrations(pool, tok, cfg.sft_policy, cfg.sft_episodes, cfg.seed + 1_000_003, demo_cfg)
-        nll = sft_train(policy, demos, epochs=cfg.sft_epochs, batch_episodes=8, lr=cfg.sft_lr,
+        nll = sft_train(policy, demos, epochs=cfg.sft_epochs, batch_episodes=cfg.sft_batch_episodes, lr=cfg.sft_lr,
                         pack_tokens=cfg.pack_tokens, bf16=cfg.bf16, seed=cfg.seed)  # fmt: skip
         print(f"[rl] cold start: {len(demos)} scripted episodes ({cfg.sft_policy}), NLL {nll[0]:.3f} -> {nll[-1]:.3f}")
         M.save_policy(policy, tok, str(warm))
@@ -426,6 +441,19 @@ def train(cfg: RLConfig) -> dict[str, float]:
     print(f"[rl] {cfg.strategy} on {cfg.env} from {spec}: steps {start}->{cfg.steps}, "
           f"{cfg.tasks_per_step}x{cfg.group_size} episodes/step, critic={critic is not None}, reference={ref_kind}",
           flush=True)  # fmt: skip
+
+    held_out = eval_pools = None
+    if cfg.eval_every:  # the validation curve: a fixed held-out subset, greedy, the training budgets
+        held_out = HeldOut(tuple(cfg.env), tasks=cfg.eval_tasks, seed=cfg.eval_seed,
+                           env_kwargs=parse_env_kwargs(cfg.eval_env_kwarg) if cfg.eval_env_kwarg else None,
+                           max_new_tokens=cfg.max_new_tokens, max_turns=cfg.max_turns,
+                           max_context=cfg.max_context)  # fmt: skip
+        eval_pools = held_out.pools()
+        if start == 0:  # step 0: the starting policy (the warm start)
+            t_eval = time.perf_counter()
+            row0 = {"step": 0, **evaluate_policy(engine, tok, held_out, eval_pools)}
+            row0["perf/eval_seconds"] = time.perf_counter() - t_eval
+            append_jsonl(metrics_path, row0)
 
     row: dict[str, float] = {}
     bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=cfg.strategy, file=sys.stderr)
@@ -509,6 +537,12 @@ def train(cfg: RLConfig) -> dict[str, float]:
         row["rollout/seconds"] = rstats.seconds
         row["rollout/tokens_per_s"] = rstats.policy_tokens / max(rstats.seconds, 1e-9)
         row["perf/train_tokens_per_s"] = trained_tokens / max(update_s, 1e-9)
+        row["perf/update_seconds"] = update_s
+        if held_out is not None and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps):
+            t_eval = time.perf_counter()
+            row.update(evaluate_policy(engine, tok, held_out, eval_pools))
+            row["perf/eval_seconds"] = time.perf_counter() - t_eval
+        row["perf/peak_memory_gib"] = peak_memory_gib()
         row["perf/step_seconds"] = time.perf_counter() - t_step
         if push_s is not None:
             row["perf/weight_push_seconds"] = push_s
@@ -524,6 +558,8 @@ def train(cfg: RLConfig) -> dict[str, float]:
                     save["critic"], save["critic_opt"] = critic.state_dict(), critic_opt.state_dict()
                 ckpt.save_checkpoint(run, step + 1, lambda d: M.save_policy(policy, tok, d), save)
     pool.close()
+    if eval_pools is not None:
+        close_pools(eval_pools)
     return row
 
 
@@ -534,11 +570,21 @@ def main(argv: list[str] | None, *, prog: str, defaults: dict) -> dict[str, floa
     cfg = parse_config(RLConfig, argv, prog=prog, description=__doc__.split("\n\n")[0], defaults=defaults)
     t0 = time.perf_counter()
     last = train(cfg)
-    rows = [json.loads(line) for line in (Path(cfg.out_dir) / "metrics.jsonl").read_text().splitlines()]
+    every = [json.loads(line) for line in (Path(cfg.out_dir) / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in every if r["step"] > 0]  # step 0 holds only the starting policy's held-out evaluation
     keys = [k for k in ("rollout/return", "env/tool_called", "env/exact_match", "rollout/format_rate") if k in last]
     print(f"[rl] done in {time.perf_counter() - t0:.0f} s: {len(rows)} steps of {cfg.strategy} on {cfg.env}")
     for k in keys:
         print(f"[rl]   {k}: first step {rows[0].get(k, float('nan')):.3f} -> last step {last[k]:.3f}")
+    evals = [r for r in every if any(k.startswith("eval/") for k in r)]
+    if evals:  # the held-out curve's ends: the starting policy (step 0) and the last evaluation, with 95% CIs
+        first, final = evals[0], evals[-1]
+        for k in sorted(k for k in final if k.startswith("eval/env/")):
+            ci = [r.get(k.replace("eval/", "eval_ci95/", 1), float("nan")) for r in (first, final)]
+            print(
+                f"[rl]   held-out {k.removeprefix('eval/')} ({cfg.eval_tasks} tasks, greedy): step {first['step']} "
+                f"{first.get(k, float('nan')):.3f} ± {ci[0]:.3f} -> step {final['step']} {final[k]:.3f} ± {ci[1]:.3f}"
+            )
     print(f"[rl] metrics {cfg.out_dir}/metrics.jsonl, plot {cfg.out_dir}/rewards.png, checkpoint {cfg.out_dir}/latest")
     return last
 

@@ -377,11 +377,16 @@ def _apply_turn(
 # ---------------------------------------------------------------------------------------------------- batches
 @dataclass
 class EnvPool:
-    """Env instances per id, made once and reused across batches (``gym.make`` can be expensive)."""
+    """Env instances per id, made once and reused across batches (``gym.make`` can be expensive).
+
+    ``make_kwargs`` go to every ``gym.make``; ``kwargs_by_id`` (e.g. the trainers' ``--env-kwarg``) override them
+    for one id.
+    """
 
     env_ids: Sequence[str]
     weights: Sequence[float] | None = None
     make_kwargs: dict[str, Any] = field(default_factory=dict)
+    kwargs_by_id: dict[str, dict[str, Any]] = field(default_factory=dict)
     _envs: dict[str, list[gym.Env]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -405,7 +410,7 @@ class EnvPool:
         """``n`` env instances of ``env_id`` (made on first need)."""
         envs = self._envs.setdefault(env_id, [])
         while len(envs) < n:
-            envs.append(gym.make(env_id, **self.make_kwargs))
+            envs.append(gym.make(env_id, **{**self.make_kwargs, **self.kwargs_by_id.get(env_id, {})}))
         return envs[:n]
 
     def close(self) -> None:

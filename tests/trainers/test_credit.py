@@ -16,6 +16,8 @@ turn 1 = tokens 6-7). Tests use ``eps=1e-12`` so the hand numbers need no eps co
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -409,11 +411,13 @@ def test_gae_without_advantage_mask_runs_over_env_tokens():
     assert out.value_masks[0].tolist() == [0, 0, 1, 1, 1, 1, 1, 1]
 
 
-def test_truncated_episode_bootstraps_from_final_value():
-    # ppo_or, truncated: last step's delta = 1.0 + 0.9*7.0 - 0.8 = 6.5
-    out = get_strategy("ppo_or")([ppo_episode(terminated=False, truncated=True)], [PPO_VALUES], PPO_CFG)
+def test_truncated_episode_bootstraps_from_final_value_only_when_asked():
+    # ppo_or, truncated, bootstrap_truncated=True: last step's delta = 1.0 + 0.9*7.0 - 0.8 = 6.5
+    boot = dataclasses.replace(PPO_CFG, bootstrap_truncated=True)
+    out = get_strategy("ppo_or")([ppo_episode(terminated=False, truncated=True)], [PPO_VALUES], boot)
     assert out.advantages[0][7] == pytest.approx(6.5)
-    cfg = CreditConfig(gamma=0.9, gae_lambda=0.5, whiten_advantages=False, bootstrap_truncated=False)
+    assert CreditConfig().bootstrap_truncated is False  # the default, as verl: the head there is never trained
+    cfg = CreditConfig(gamma=0.9, gae_lambda=0.5, whiten_advantages=False)
     out = get_strategy("ppo_or")([ppo_episode(terminated=False, truncated=True)], [PPO_VALUES], cfg)
     assert out.advantages[0][7] == pytest.approx(0.2)
 
@@ -462,7 +466,7 @@ def test_mt_ppo_matches_naive_gae_over_policy_tokens(turns, gamma, lam, truncate
     rewards[-1]["em"] = float(rng.normal())
     ep = make_episode(turns, rewards, prompt=3, truncated=truncated, terminated=not truncated)
     values = rng.normal(size=len(ep.token_ids) + 1)
-    cfg = CreditConfig(gamma=gamma, gae_lambda=lam, whiten_advantages=False)
+    cfg = CreditConfig(gamma=gamma, gae_lambda=lam, whiten_advantages=False, bootstrap_truncated=True)
     out = get_strategy("mt_ppo")([ep], [values], cfg)
     # Reference: drop env/prompt tokens, build the compact reward list by hand, run cleanrl's loop.
     pos = np.flatnonzero(ep.loss_mask)
@@ -478,7 +482,11 @@ def test_mt_ppo_matches_naive_gae_over_policy_tokens(turns, gamma, lam, truncate
     )
     # Advantage mask off: the chain is every response token, env tokens as zero-reward steps with their own V.
     off = get_strategy("mt_ppo")(
-        [ep], [values], CreditConfig(gamma=gamma, gae_lambda=lam, whiten_advantages=False, use_advantage_mask=False)
+        [ep],
+        [values],
+        CreditConfig(
+            gamma=gamma, gae_lambda=lam, whiten_advantages=False, use_advantage_mask=False, bootstrap_truncated=True
+        ),
     )
     resp = np.arange(pos[0], len(ep.token_ids))
     full_r = np.zeros(len(ep.token_ids))

@@ -267,7 +267,7 @@ def test_value_positions_are_each_turns_first_policy_token():
 def test_turn_ppo_hand_values(truncated, want_adv, want_ret):
     ep = make_episode([(2, 2), (2, 0)], [{"tool": 0.2}, {"em": 1.0}], terminated=not truncated, truncated=truncated)
     values = np.array([0.0, 0.1, 0.5, 0.3, 0.2, 0.1, 0.7, 0.4, 0.6])
-    cfg = CreditConfig(gamma=0.9, gae_lambda=0.8, whiten_advantages=False)
+    cfg = CreditConfig(gamma=0.9, gae_lambda=0.8, whiten_advantages=False, bootstrap_truncated=True)
     out = get_strategy("turn_ppo")([ep], [values], cfg)
     assert needs_critic("turn_ppo")
     assert per_turn(out.advantages[0], ep) == pytest.approx(want_adv, abs=1e-6)
@@ -312,7 +312,7 @@ def test_turn_ppo_matches_naive_turn_gae(turns, gamma, lam, truncated, seed):
     rewards[-1]["em"] = float(rng.integers(0, 2))
     ep = make_episode(turns, rewards, terminated=not truncated, truncated=truncated)
     v = rng.normal(size=len(ep.token_ids) + 1)
-    cfg = CreditConfig(gamma=gamma, gae_lambda=lam, whiten_advantages=False)
+    cfg = CreditConfig(gamma=gamma, gae_lambda=lam, whiten_advantages=False, bootstrap_truncated=True)
     out = get_strategy("turn_ppo")([ep], [v], cfg)
     want = naive_turn_gae(ep, v, gamma, lam)
     for k in range(ep.num_turns):

@@ -212,8 +212,7 @@ strategy = "grpo_or"
 
 
 def test_peak_memory_counts_this_process_and_its_children():
-    alone = peak_memory_gib()
-    ballast = b"x" * (300 * 2**20)  # written, so resident
+    alone = peak_memory_gib()  # this process's high-water mark (a long test session may have set it earlier)
     code = "b = b'x' * (200 * 2**20); print('ready', flush=True); import time; time.sleep(60)"
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
@@ -222,4 +221,4 @@ def test_peak_memory_counts_this_process_and_its_children():
     finally:
         child.kill()
         child.wait()
-    assert alone > 0.01 and with_child > alone + 0.45 and len(ballast) > 0  # 300 MiB here + 200 MiB in the child
+    assert alone > 0.01 and with_child > alone + 0.18  # the child's 200 MiB (written, so resident) are added
