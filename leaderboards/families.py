@@ -128,7 +128,9 @@ FAMILIES: dict[str, Family] = {
         notes="Reported rows: Qwen2.5-7B on TriviaQA with pyserini Wikipedia search, after 300 GRPO steps. Our rows: "
         "the offline `facts-v1` questions of the bundled ~10k-article corpus (BM25 top-1), validation split; "
         "`scripted:reference` answers whenever its verbatim search returns the answer (the task's search-answer "
-        "oracle), `scripted:title` copies the first hit's title (EM 0.94 on v0's `lead-v0` questions).",
+        "oracle), `scripted:title` copies the first hit's title (EM 0.94 on v0's `lead-v0` questions). `smollm2+sft`: "
+        "SmolLM2-135M-Instruct after the README main job's cold start (64 scripted demonstrations, 70% search + "
+        "answer / 30% direct, 48 optimizer steps; `runs/readme/sft-policy`).",
     ),
     "search_r1": Family(
         name="search_r1",
