@@ -22,7 +22,6 @@ tasks, wall time) and regenerates the tables of ``<results-dir>/../README.md`` a
 from __future__ import annotations
 
 import difflib
-import json
 import subprocess
 import sys
 import time
@@ -112,16 +111,10 @@ class EvalConfig:
         return "openai" if self.model.startswith(("http://", "https://")) else "local"
 
     def env_kwargs_overrides(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for item in self.env_kwarg:
-            key, sep, text = item.partition("=")
-            if not sep or not key.strip():
-                raise InvalidArgument(f"--env-kwarg {item!r} must be key=value, e.g. split=test or top_k=3.")
-            try:
-                out[key.strip()] = json.loads(text)
-            except json.JSONDecodeError:
-                out[key.strip()] = text
-        return out
+        """``--env-kwarg`` items as ``gym.make`` kwargs (:func:`trainers.evaluation.parse_env_kwargs`)."""
+        from trainers.evaluation import parse_env_kwargs
+
+        return parse_env_kwargs(self.env_kwarg)
 
     def resolved(self) -> dict[str, Any]:
         """Every budget with the family defaults filled in, and the env kwargs merged."""

@@ -65,7 +65,7 @@ def parse_env_kwargs(items: Sequence[str]) -> dict[str, Any]:
     for item in items:
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
-            raise InvalidArgument(f"env kwarg {item!r} must be key=value, e.g. split=validation or top_k=3.")
+            raise InvalidArgument(f"--env-kwarg {item!r} must be key=value, e.g. split=validation or top_k=3.")
         try:
             out[key.strip()] = json.loads(text)
         except json.JSONDecodeError:

@@ -431,43 +431,6 @@ def status(spec: Spec, root: Path) -> list[tuple[str, str, int]]:
     return rows
 
 
-def peak_memory_gib() -> float:
-    """Peak resident memory (GiB) of this process plus its live child processes (vLLM's engine core runs in one):
-    the sum of each process's high-water mark ``VmHWM`` (an upper bound of the peak of the sum). Where ``/proc``
-    is missing: this process's ``ru_maxrss``."""
-    import resource
-
-    proc = Path("/proc")
-    if not (proc / "self" / "status").is_file():
-        scale = 2**30 if sys.platform == "darwin" else 2**20  # ru_maxrss: bytes on macOS, KiB elsewhere
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale
-
-    def hwm_kib(pid: str) -> int:
-        try:
-            status = (proc / pid / "status").read_text()
-        except OSError:  # the process ended in between
-            return 0
-        return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0)
-
-    def children(pid: str) -> list[str]:
-        out = []
-        for task in (proc / pid / "task").glob("*"):
-            try:
-                out += (task / "children").read_text().split()
-            except OSError:
-                continue
-        return out
-
-    total, todo, seen = 0, [str(os.getpid())], set()
-    while todo:
-        pid = todo.pop()
-        if pid not in seen:
-            seen.add(pid)
-            total += hwm_kib(pid)
-            todo += children(pid)
-    return total / 2**20
-
-
 # ---------------------------------------------------------------------------------------------------- aggregate
 def seed_band(values: Sequence[float], seed: int = 0) -> tuple[float, float, float]:
     """(mean, low, high): the mean over seeds and its 95% percentile-bootstrap interval (one value: no width)."""

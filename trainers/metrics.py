@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -100,3 +101,40 @@ def plot_rewards(rows: Sequence[dict], path: Path, title: str) -> None:
     fig.savefig(tmp, dpi=100)
     plt.close(fig)
     os.replace(tmp, path)
+
+
+def peak_memory_gib() -> float:
+    """Peak resident memory (GiB) of this process plus its live child processes (vLLM's engine core runs in one):
+    the sum of each process's high-water mark ``VmHWM`` (an upper bound of the peak of the sum). Where ``/proc``
+    is missing: this process's ``ru_maxrss``."""
+    import resource
+
+    proc = Path("/proc")
+    if not (proc / "self" / "status").is_file():
+        scale = 2**30 if sys.platform == "darwin" else 2**20  # ru_maxrss: bytes on macOS, KiB elsewhere
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale
+
+    def hwm_kib(pid: str) -> int:
+        try:
+            status = (proc / pid / "status").read_text()
+        except OSError:  # the process ended in between
+            return 0
+        return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0)
+
+    def children(pid: str) -> list[str]:
+        out = []
+        for task in (proc / pid / "task").glob("*"):
+            try:
+                out += (task / "children").read_text().split()
+            except OSError:
+                continue
+        return out
+
+    total, todo, seen = 0, [str(os.getpid())], set()
+    while todo:
+        pid = todo.pop()
+        if pid not in seen:
+            seen.add(pid)
+            total += hwm_kib(pid)
+            todo += children(pid)
+    return total / 2**20

@@ -361,8 +361,7 @@ def train(cfg: RLConfig) -> dict[str, float]:
     from trainers import modeling as M
     from trainers.engines import make_engine, stop_token_ids
     from trainers.evaluation import HeldOut, close_pools, evaluate_policy, parse_env_kwargs
-    from trainers.experiments import peak_memory_gib
-    from trainers.metrics import append_jsonl, episode_summary, plot_rewards, read_jsonl
+    from trainers.metrics import append_jsonl, episode_summary, peak_memory_gib, plot_rewards, read_jsonl
     from trainers.rollout import RolloutConfig, collect, engine_actor
 
     # ---- seeding: the one place ----------------------------------------------------------------------------

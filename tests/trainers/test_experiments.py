@@ -22,9 +22,9 @@ from trainers.experiments import (
     flags,
     load_spec,
     main,
-    peak_memory_gib,
     seed_band,
 )
+from trainers.metrics import peak_memory_gib
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = "TurnRL/Arithmetic-v0"
