@@ -750,21 +750,24 @@ def turn_credit(
     return CreditOutput(advantages=advs, loss_masks=[loss_mask(ep, cfg) for ep in batch])
 
 
-def _multi_turn_credit(episodes: Sequence[Episode], kind: Normaliser, cfg: CreditConfig) -> CreditOutput:
-    """Turn-level group advantages (normaliser ``kind``: "grpo" or "rloo") spread over each turn's tokens."""
-    return turn_credit(episodes, lambda batch, c: mt_turn_advantages(batch, kind, c), cfg)
+def _grouped_turn_credit(
+    episodes: Sequence[Episode], advantages: Callable[..., list[np.ndarray]], kind: Normaliser, cfg: CreditConfig
+) -> CreditOutput:
+    """Turn advantages ``advantages(batch, kind, cfg)`` (group normaliser ``kind``: "grpo" or "rloo") spread over
+    each turn's tokens."""
+    return turn_credit(episodes, lambda batch, c: advantages(batch, kind, c), cfg)
 
 
 @_strategy(critic=False)
 def mt_grpo(episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, cfg: CreditConfig) -> CreditOutput:
     """MT-GRPO: turn-level advantages A_k = A^T_k + c * A_{k+1}, final turn A^O (000 eq. 9, 001 eq. 12 / App. F)."""
-    return _multi_turn_credit(episodes, "grpo", cfg)
+    return _grouped_turn_credit(episodes, mt_turn_advantages, "grpo", cfg)
 
 
 @_strategy(critic=False)
 def mt_rloo(episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, cfg: CreditConfig) -> CreditOutput:
     """MT-RLOO: MT-GRPO with RLOO's leave-one-out normaliser G/(G-1)(R - mean) (000 Appendix C)."""
-    return _multi_turn_credit(episodes, "rloo", cfg)
+    return _grouped_turn_credit(episodes, mt_turn_advantages, "rloo", cfg)
 
 
 @_strategy(critic=False)
@@ -871,20 +874,16 @@ def gigpo(episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, cfg:
     return turn_credit(episodes, gigpo_turn_advantages, cfg)
 
 
-def _rtg_credit(episodes: Sequence[Episode], kind: Normaliser, cfg: CreditConfig) -> CreditOutput:
-    return turn_credit(episodes, lambda batch, c: rtg_turn_advantages(batch, kind, c), cfg)
-
-
 @_strategy(critic=False)
 def mt_grpo_rtg(episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, cfg: CreditConfig) -> CreditOutput:
     """MT-GRPO with the unbiased turn baseline: returns-to-go normalised per turn index (verl RFC #7244)."""
-    return _rtg_credit(episodes, "grpo", cfg)
+    return _grouped_turn_credit(episodes, rtg_turn_advantages, "grpo", cfg)
 
 
 @_strategy(critic=False)
 def mt_rloo_rtg(episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, cfg: CreditConfig) -> CreditOutput:
     """MT-RLOO with the unbiased turn baseline: leave-one-out per turn index on returns-to-go (exactly unbiased)."""
-    return _rtg_credit(episodes, "rloo", cfg)
+    return _grouped_turn_credit(episodes, rtg_turn_advantages, "rloo", cfg)
 
 
 @_strategy(critic=True)
