@@ -3,7 +3,14 @@ the aggregation of every run into curves with a band over seeds and a final tabl
 
     python -m trainers.experiments run experiments/wiki_mtgrpo.toml        # play (or resume) the whole grid
     python -m trainers.experiments status experiments/wiki_mtgrpo.toml     # done / partial / pending per run
-    python -m trainers.experiments aggregate experiments/wiki_mtgrpo.toml --out leaderboards/experiments/wiki_mtgrpo
+    python -m trainers.experiments aggregate experiments/wiki_mtgrpo.toml  # -> leaderboards/experiments/wiki_mtgrpo
+
+**Committed grids.** Runs go to ``experiments/runs/<name>/<arm>/seed<k>`` by default, and their results (metrics,
+run records, final evaluations) are committed while weights, checkpoints and logs are not (``.gitignore``): work
+here is interrupted every few hours on a fresh machine, so a grid is played across sessions by committing each
+finished run. On a fresh clone ``run`` skips the committed runs and rebuilds only the warm start's weights (the
+same command; its evaluation goes to ``rebuilt-eval/`` and is compared with the committed one in ``run.json``).
+``--runs-dir runs/mine`` plays a grid from scratch instead (to reproduce a committed curve).
 
 **The spec** (``experiments/README.md`` documents every field)::
 
@@ -67,6 +74,8 @@ EVAL_FIELDS = {"every": "eval_every", "tasks": "eval_tasks", "seed": "eval_seed"
 CONFIDENCE = 0.95
 BOOTSTRAP_SAMPLES = 2000
 DONE = "DONE.json"
+RUNS_DIR = "experiments/runs"  # committed: every run's results (weights and checkpoints are .gitignored)
+AGGREGATES_DIR = Path("leaderboards/experiments")  # the committed grids' curves and tables
 COST_COLUMNS = (  # (table header, metrics.jsonl key, how steps combine)
     ("wall s", "perf/step_seconds", "sum"),
     ("rollout s", "rollout/seconds", "sum"),
@@ -366,19 +375,64 @@ def build_warm_start(spec: Spec, root: Path) -> Path | None:
     if spec.warm_start is None:
         return None
     out = spec.warm_dir(root)
-    if (out / DONE).is_file():
+    done = (out / DONE).is_file()
+    if done and warm_weights(out) is not None:
         return out
     args = {"env": list(spec.env), **spec.warm_start.args, "out_dir": str(out)}
     cmd = [sys.executable, "-m", spec.warm_start.module, *flags(args)]
-    print(f"[experiments] {spec.name}: building the warm start in {out}", flush=True)
+    what = (
+        "rebuilding the warm start's weights (its results are committed, its weights are not)"
+        if done
+        else ("building the warm start")
+    )
+    print(f"[experiments] {spec.name}: {what} in {out}", flush=True)
     _start_record(out, {"spec": spec.path, "arm": "warm_start", "seed": args.get("seed", 0)}, cmd)
     t0 = time.perf_counter()
     _call(cmd, out / "log.txt")
-    policy = out / "policy" if (out / "policy" / "config.json").is_file() else out
+    policy = warm_weights(out)
+    if policy is None:
+        raise RuntimeError(f"{' '.join(cmd[1:3])} exited 0 but wrote no policy weights under {out}.")
     budget = eval_budget(_config_of(spec, spec.runs(root)[0], None))  # the arms' budgets
-    for c in eval_commands(spec, policy, out / "final-eval", budget):
+    # A rebuild is evaluated beside the committed evaluation (never over it) and the two are compared: the arms
+    # that are still to run start from the rebuilt weights.
+    evaluated = out / ("rebuilt-eval" if done else "final-eval")
+    for old in evaluated.glob("*.jsonl") if evaluated.exists() else ():
+        old.unlink()
+    for c in eval_commands(spec, policy, evaluated, budget):
         _call(c, out / "log.txt")
+    if done:
+        report = compare_evaluations(out / "final-eval", evaluated)
+        print(f"[experiments] {spec.name}: rebuilt warm start vs committed: {report}", flush=True)
+        record = json.loads((out / "run.json").read_text())
+        record["attempts"][-1]["rebuilt_vs_committed"] = report
+        _write_json(out / "run.json", record)
+        return out
     _write_json(out / DONE, {"git_sha": git_sha(), "finished": _now(), "seconds": time.perf_counter() - t0})
+    return out
+
+
+def warm_weights(folder: Path) -> Path | None:
+    """The HF folder holding a warm start's weights (``policy/`` or the folder itself), ``None`` when the weights
+    are absent (a committed grid carries results, not weights)."""
+    for candidate in (folder / "policy", folder):
+        if (candidate / "config.json").is_file() and any(candidate.glob("*.safetensors")):
+            return candidate
+    return None
+
+
+def compare_evaluations(committed: Path, rebuilt: Path) -> dict[str, Any]:
+    """Per env and metric, the committed and the rebuilt estimate (a deterministic rebuild gives equal values)."""
+    from leaderboards.tables import read_rows
+
+    old = {r.env_id: r.metrics for r in read_rows(committed)} if committed.is_dir() else {}
+    out: dict[str, Any] = {}
+    for row in read_rows(rebuilt):
+        for key, m in row.metrics.items():
+            before = old.get(row.env_id, {}).get(key)
+            out[f"{row.env_id}/{key}"] = {
+                "committed": None if before is None else round(float(before["estimate"]), 4),
+                "rebuilt": round(float(m["estimate"]), 4),
+            }
     return out
 
 
@@ -405,7 +459,8 @@ def play_run(spec: Spec, run: Run, warm: Path | None) -> None:
             old.unlink()
     for c in eval_commands(spec, Path(policy_folder(str(run.out_dir))), evaluated, eval_budget(cfg)):
         _call(c, run.out_dir / "log.txt")
-    _write_json(run.out_dir / DONE, {"git_sha": git_sha(), "finished": _now(), "seconds": time.perf_counter() - t0})
+    _write_json(run.out_dir / DONE, {"git_sha": git_sha(), "finished": _now(), "seconds": time.perf_counter() - t0,
+                                     "steps": cfg.steps})  # fmt: skip
 
 
 def run_grid(spec: Spec, root: Path) -> None:
@@ -427,6 +482,8 @@ def status(spec: Spec, root: Path) -> list[tuple[str, str, int]]:
         rows.append(("warm_start", run_state(spec.warm_dir(root)), 0))
     for run in spec.runs(root):
         steps = trained_steps(run.out_dir) if run.out_dir.is_dir() else 0
+        if (run.out_dir / DONE).is_file():  # a committed run has no checkpoint: its DONE.json tells the steps
+            steps = json.loads((run.out_dir / DONE).read_text()).get("steps", steps)
         rows.append((f"{run.arm.name}/seed{run.seed}", run_state(run.out_dir), steps))
     return rows
 
@@ -604,8 +661,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainers.experiments", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=("run", "status", "aggregate"))
     parser.add_argument("spec", help="experiment spec, e.g. experiments/wiki_mtgrpo.toml")
-    parser.add_argument("--runs-dir", default="runs", help="where runs go: <runs-dir>/<name>/<arm>/seed<k>")
-    parser.add_argument("--out", default=None, help="aggregate: output folder (default <runs-dir>/<name>/aggregate)")
+    parser.add_argument(
+        "--runs-dir",
+        default=RUNS_DIR,
+        help="where runs go: <runs-dir>/<name>/<arm>/seed<k> "
+        f"(default {RUNS_DIR}: the committed grids, resumed; a fresh folder reproduces them)",
+    )
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="aggregate: output folder (default: leaderboards/experiments/"
+        "<name> for the committed runs, else <runs-dir>/<name>/aggregate)",
+    )
     args = parser.parse_args(argv)
     try:
         spec = load_spec(args.spec)
@@ -621,7 +688,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         counts = {s: sum(r[1] == s for r in rows) for s in ("done", "partial", "pending")}
         print(f"{spec.name}: {counts['done']} done, {counts['partial']} partial, {counts['pending']} pending")
     else:
-        out = Path(args.out) if args.out else root / spec.name / "aggregate"
+        committed = Path(args.runs_dir) == Path(RUNS_DIR)  # the committed grid's aggregate is the leaderboard's
+        out = (
+            Path(args.out)
+            if args.out
+            else (AGGREGATES_DIR if committed else root) / spec.name / ("" if committed else "aggregate")
+        )
         table = aggregate(spec, root, out)
         print((out / "table.md").read_text())
         print(f"[experiments] {len(table)} rows; curves and runs.jsonl in {out}")

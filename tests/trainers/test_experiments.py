@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -209,6 +210,21 @@ strategy = "grpo_or"
     rows = [json.loads(line) for line in (tmp_path / "agg" / "runs.jsonl").read_text().splitlines()]
     assert [(r["arm"], r["seed"]) for r in rows] == [("warm start", 0), ("or", 0)]
     assert rows[1]["config"]["strategy"] == "grpo_or" and rows[1]["config"]["steps"] == 12
+
+    # A committed grid on a fresh clone: results without weights (.gitignore drops checkpoints and policy/).
+    for path in [runs / "tiny" / "warm_start" / "policy", *first.glob("checkpoint-*"), first / "latest"]:
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    main(["status", str(spec), "--runs-dir", str(runs)])
+    shown = capsys.readouterr().out
+    assert "2 done, 0 partial, 0 pending" in shown and "step 12" in shown  # DONE.json tells the steps
+    res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "rebuilding the warm start's weights" in res.stdout and res.stdout.count("done, skipped") == 1
+    rebuilt = json.loads((runs / "tiny" / "warm_start" / "run.json").read_text())["attempts"][-1]
+    compared = rebuilt["rebuilt_vs_committed"]
+    assert compared and all(v["committed"] == v["rebuilt"] for v in compared.values()), compared  # deterministic
+    assert (runs / "tiny" / "warm_start" / "policy" / "config.json").is_file()
+    assert aggregate(load_spec(spec), runs, tmp_path / "agg2") == table  # the committed results are untouched
 
 
 def test_peak_memory_counts_this_process_and_its_children():
