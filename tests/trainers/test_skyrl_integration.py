@@ -1,0 +1,246 @@
+"""SkyRL integration: TurnRL ids as skyrl_gym envs, and TurnRL strategies called the way SkyRL calls an estimator.
+
+The env half needs ``skyrl-gym`` (the ``[skyrl]`` extra). SkyRL's trainer (``skyrl`` 0.3, which holds its
+advantage-estimator registry) imports only on Python 3.12+ with a CUDA build of torch, so the registry test skips
+where it cannot import; the estimators themselves are plain functions and are checked here with SkyRL's keywords.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import agentgym_turn
+from agentgym_turn.core import with_late_components
+from agentgym_turn.error import DependencyNotInstalled, InvalidArgument
+from agentgym_turn.policies import run_episode
+from tests.trainers.test_credit import make_episode
+from trainers.credit import CreditConfig, get_strategy, needs_critic
+from trainers.integrations.skyrl_credit import (
+    HOOK_ATTR,
+    RECORD_KEY,
+    SUPPORTED,
+    UNSUPPORTED,
+    _skyrl_module,
+    episodes_from_skyrl,
+    estimator_names,
+    make_estimator,
+    records_from_env_metrics,
+    register_skyrl_estimators,
+    skyrl_batch_from_episodes,
+    strategy_of,
+)
+
+skyrl_gym = pytest.importorskip("skyrl_gym")
+torch = pytest.importorskip("torch")
+from trainers.integrations.skyrl_turnrl import TurnRLTextEnv, dataset_rows, register_skyrl_envs  # noqa: E402
+
+ALL_IDS = sorted(agentgym_turn.ENV_SPECS)
+JUNK = ["", "hello", "<answer>", "{" * 50, "\x00\xff garbage </tool>"]
+
+
+def scripted(env: gym.Env):
+    """The env's most informative scripted policy (a reference/oracle plays several rewarded turns)."""
+    policies = type(env.unwrapped).scripted_policies
+    name = next((n for n in ("reference", "oracle", "bfs") if n in policies), sorted(policies)[0])
+    return policies[name]
+
+
+@pytest.mark.parametrize("env_id", ALL_IDS)
+def test_every_id_plays_as_a_skyrl_env_with_the_native_rewards(env_id):
+    register_skyrl_envs()
+    native = gym.make(env_id)
+    _, reset_info = native.reset(seed=5)
+    log = run_episode(native, scripted(native), seed=5)
+    env = skyrl_gym.make(env_id, env_config={}, extras={"seed": 5, "max_turns": 1})
+    assert isinstance(env, TurnRLTextEnv) and isinstance(env, skyrl_gym.Env)
+    prompt, meta = env.init([])
+    assert repr(prompt) == repr(log.history[: len(prompt)]) and meta["state_key"] == reset_info.get("state_key")
+    outs = [env.step(action) for action in log.actions]
+    assert [o["reward"] for o in outs] == log.rewards
+    assert [o["done"] for o in outs] == [False] * (len(outs) - 1) + [True]
+    assert [o["metadata"]["reward_components"] for o in outs] == [i["reward_components"] for i in log.infos]
+    assert outs[-1]["metadata"]["terminated"] is log.terminated and outs[-1]["metadata"]["truncated"] is log.truncated
+    metrics = env.get_metrics()
+    record = records_from_env_metrics([metrics])[0]
+    assert {k: v for k, v in metrics.items() if k != RECORD_KEY} == pytest.approx(log.metrics)
+    late = log.infos[-1].get("late_reward_components")
+    assert record.turn_rewards == with_late_components([i["reward_components"] for i in log.infos], late)
+    assert record.step_rewards == log.rewards and record.env_id == env_id
+    keys = [reset_info["state_key"]] + [i["state_key"] for i in log.infos[:-1]]
+    assert record.state_keys == keys
+    env.init([])  # bad action text never raises: it is an ordinary turn
+    for text in JUNK:
+        out = env.step(text)
+        assert isinstance(out["reward"], float)
+        assert set(out["metadata"]["reward_components"]) <= set(native.unwrapped.reward_levels)
+        if out["done"]:
+            break
+    env.close()
+    native.close()
+
+
+def test_dataset_rows_round_trip_and_bad_rows():
+    register_skyrl_envs(["TurnRL/Arithmetic-v0"])
+    rows = json.loads(json.dumps(dataset_rows("TurnRL/Arithmetic-v0", [3, 4])))
+    for row in rows:
+        extras = {k: v for k, v in row.items() if k not in ("prompt", "env_class")}
+        env = skyrl_gym.make(row["env_class"], env_config={}, extras=extras)
+        assert env.init(row["prompt"])[0] == row["prompt"]
+    assert rows[0]["prompt"] != rows[1]["prompt"]
+    env = skyrl_gym.make("TurnRL/Arithmetic-v0", env_config={}, extras={"seed": 3})
+    with pytest.raises(InvalidArgument, match="differs from the env's opening"):
+        env.init(rows[1]["prompt"])
+    with pytest.raises(InvalidArgument, match="neither 'seed' nor 'task'"):
+        skyrl_gym.make("TurnRL/Arithmetic-v0", env_config={}, extras={"max_turns": 3})
+    with pytest.raises(InvalidArgument, match="not a JSON object"):
+        skyrl_gym.make("TurnRL/Arithmetic-v0", env_config={}, extras={"seed": 1, "env_kwargs": "{oops"})
+    with pytest.raises(InvalidArgument, match="Did you mean"):
+        TurnRLTextEnv(extras={"seed": 0}, env_id="TurnRL/Arithmetc-v0")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The adapter and the estimators
+# --------------------------------------------------------------------------------------------------------------
+
+LEVELS = {"tool": "turn", "fmt": "turn", "em": "outcome"}
+
+
+def batch_episodes():
+    """Two groups: unequal turn counts, a zero-reward turn, an answer at turn 0, a negative turn, a truncation."""
+    specs = [
+        (0, [(2, 2), (3, 0)], [{"tool": 0.2}, {"em": 1.0, "fmt": 0.1}], ["s", "a"], True),
+        (0, [(1, 3), (2, 0)], [{"tool": 0.0}, {"em": 0.0, "fmt": 0.1}], ["s", "b"], True),
+        (0, [(2, 0)], [{"em": 1.0, "tool": 0.2}], ["s"], True),
+        (1, [(1, 1), (2, 1), (1, 0)], [{"tool": 0.2}, {"tool": -0.5}, {"em": 1.0}], ["r", "x", "y"], True),
+        (1, [(2, 1), (1, 1), (2, 0)], [{"tool": 0.2}, {"tool": 0.0}, {"fmt": 0.1}], ["r", "x", "z"], False),
+    ]
+    out = []
+    for group, turns, rewards, keys, done in specs:
+        ep = make_episode(turns, rewards, group=group, prompt=3, levels=LEVELS, terminated=done, truncated=not done)
+        out.append(dataclasses.replace(ep, state_keys=keys))
+    return out
+
+
+def skyrl_call(name, batch, values=None, config=None, with_inputs=True):
+    """The estimator called with exactly the keywords SkyRL's compute_advantages_and_returns passes."""
+    extra = {"loss_mask": torch.tensor(batch.loss_mask), "turnrl_records": batch.records} if with_inputs else {}
+    return make_estimator(name)(
+        token_level_rewards=torch.tensor(batch.token_level_rewards),
+        response_mask=torch.tensor(batch.response_mask),
+        index=batch.index,
+        values=None if values is None else torch.tensor(values),
+        grpo_norm_by_std=True,
+        gamma=1.0,
+        lambd=1.0,
+        config=config,
+        **extra,
+    )
+
+
+@pytest.mark.parametrize("name", SUPPORTED)
+def test_registered_estimators_equal_trainers_credit(name):
+    episodes = batch_episodes()
+    rng = np.random.default_rng(0)
+    values = [rng.normal(size=len(ep.token_ids) + 1) for ep in episodes] if needs_critic(name) else None
+    batch = skyrl_batch_from_episodes(episodes, values, width=12)
+    want = get_strategy(name)(episodes, values, CreditConfig())
+    adv, ret = skyrl_call(name, batch, None if values is None else batch.values)
+    assert isinstance(adv, torch.Tensor) and adv.shape == (5, 12) and adv.dtype == torch.float32
+    for i, ep in enumerate(episodes):
+        span = np.flatnonzero(np.arange(len(ep.token_ids)) >= np.flatnonzero(ep.loss_mask)[0])
+        cols = np.flatnonzero(batch.response_mask[i])
+        np.testing.assert_allclose(adv[i, cols].numpy(), want.advantages[i][span], atol=1e-5)
+        np.testing.assert_allclose(ret[i, cols].numpy(), (want.returns or want.advantages)[i][span], atol=1e-5)
+        assert not adv[i, : cols[0]].any() and not want.advantages[i][: span[0]].any()
+    assert np.abs(adv.numpy()).sum() > 0  # the batch separates every strategy from zero
+
+
+def test_adapter_round_trip():
+    episodes = batch_episodes()
+    batch = skyrl_batch_from_episodes(episodes)
+    assert (batch.response_mask.sum(axis=1) == [len(ep.token_ids) - 3 for ep in episodes]).all()
+    assert batch.response_mask[:, -1].all()  # right-aligned, as SkyRL lays out responses
+    back, layout = episodes_from_skyrl(
+        batch.token_level_rewards, batch.response_mask, batch.loss_mask, batch.index, batch.records
+    )
+    for ep, got in zip(episodes, back, strict=True):
+        np.testing.assert_array_equal(got.loss_mask, ep.loss_mask[3:])
+        np.testing.assert_array_equal(got.turn_index, ep.turn_index[3:])
+        assert got.turn_rewards == ep.turn_rewards and got.reward_levels == ep.reward_levels
+        assert (got.terminated, got.truncated, got.state_keys) == (ep.terminated, ep.truncated, ep.state_keys)
+    assert [ep.group for ep in back] == [0, 0, 0, 1, 1]
+    again = skyrl_batch_from_episodes(back, width=batch.response_mask.shape[1])
+    np.testing.assert_array_equal(again.token_level_rewards, batch.token_level_rewards)
+    np.testing.assert_array_equal(again.loss_mask, batch.loss_mask)
+    assert again.records == batch.records and layout.rows == [0, 1, 2, 3, 4]
+
+
+def test_padding_rows_and_the_trainer_hook_path():
+    episodes = batch_episodes()
+    batch = skyrl_batch_from_episodes(episodes)
+    padded = dataclasses.replace(
+        batch,
+        token_level_rewards=np.vstack([batch.token_level_rewards, batch.token_level_rewards[:1]]),
+        response_mask=np.vstack([batch.response_mask, batch.response_mask[:1]]),
+        loss_mask=np.vstack([batch.loss_mask, np.zeros_like(batch.loss_mask[:1])]),
+        index=[*batch.index, "pad"],
+    )
+    lent = {"loss_mask": torch.tensor(padded.loss_mask), "records": padded.records}
+    config = types.SimpleNamespace(**{HOOK_ATTR: lent})  # what the hook attaches to SkyRL's AlgorithmConfig
+    adv, _ = skyrl_call("mt_grpo", padded, config=config, with_inputs=False)
+    ref, _ = skyrl_call("mt_grpo", batch)
+    assert torch.equal(adv[:5], ref) and not adv[5].any()
+
+
+def test_estimator_refuses_what_it_cannot_compute():
+    batch = skyrl_batch_from_episodes(batch_episodes())
+    with pytest.raises(InvalidArgument, match="turnrl_trainer_class"):
+        skyrl_call("mt_grpo", batch, with_inputs=False)  # SkyRL's stock trainer passes no turn structure
+    swapped = dataclasses.replace(
+        batch, records=[batch.records[2], *batch.records[1:2], batch.records[0], *batch.records[3:]]
+    )
+    with pytest.raises(InvalidArgument, match="runs of policy tokens"):
+        skyrl_call("mt_grpo", swapped)
+    zeroed = dataclasses.replace(batch, token_level_rewards=np.zeros_like(batch.token_level_rewards))
+    with pytest.raises(InvalidArgument, match="zero_reward_on_non_stop"):
+        skyrl_call("grpo_or", zeroed)
+    with pytest.raises(InvalidArgument, match="critic values"):
+        skyrl_call("mt_ppo", batch)
+    with pytest.raises(InvalidArgument, match="not offered"):
+        make_estimator("turn_ppo")
+    with pytest.raises(InvalidArgument, match=r"trainer\.algorithm\.gamma"):
+        make_estimator("mt_ppo", CreditConfig(gamma=0.9))
+    with pytest.raises(InvalidArgument, match="use_loss_mask"):
+        make_estimator("mt_grpo", CreditConfig(use_loss_mask=False))
+    with pytest.raises(InvalidArgument, match="Did you mean"):
+        strategy_of("turnrl_mt_grop")
+    assert strategy_of("turnrl_tarl") == "tarl" and set(SUPPORTED) | set(UNSUPPORTED) >= {"mt_grpo", "mt_ppo", "tarl"}
+
+
+def test_registers_with_skyrls_advantage_estimator_registry():
+    try:
+        registry = _skyrl_module("ppo_utils").AdvantageEstimatorRegistry
+    except DependencyNotInstalled as exc:
+        pytest.skip(str(exc))
+    names = register_skyrl_estimators()
+    assert names == estimator_names() and register_skyrl_estimators() == names  # idempotent
+    batch = skyrl_batch_from_episodes(batch_episodes())
+    kwargs = {"loss_mask": torch.tensor(batch.loss_mask), "turnrl_records": batch.records}
+    got = registry.get("turnrl_mt_grpo")(
+        token_level_rewards=torch.tensor(batch.token_level_rewards),
+        response_mask=torch.tensor(batch.response_mask),
+        index=batch.index,
+        values=None,
+        grpo_norm_by_std=True,
+        gamma=1.0,
+        lambd=1.0,
+        config=None,
+        **kwargs,
+    )
+    assert torch.equal(got[0], skyrl_call("mt_grpo", batch)[0])
