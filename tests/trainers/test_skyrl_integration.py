@@ -85,9 +85,12 @@ def test_every_id_plays_as_a_skyrl_env_with_the_native_rewards(env_id):
     native.close()
 
 
-def test_dataset_rows_round_trip_and_bad_rows():
+def test_dataset_rows_read_the_way_skyrl_reads_them(tmp_path):
+    datasets = pytest.importorskip("datasets")
     register_skyrl_envs(["TurnRL/Arithmetic-v0"])
-    rows = json.loads(json.dumps(dataset_rows("TurnRL/Arithmetic-v0", [3, 4])))
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in dataset_rows("TurnRL/Arithmetic-v0", [3, 4])))
+    rows = list(datasets.load_dataset("json", data_files=str(path), keep_in_memory=True)["train"])  # PromptDataset
     for row in rows:
         extras = {k: v for k, v in row.items() if k not in ("prompt", "env_class")}
         env = skyrl_gym.make(row["env_class"], env_config={}, extras=extras)
