@@ -90,11 +90,16 @@ COST_COLUMNS = (  # (table header, metrics.jsonl key, how steps combine)
 # ---------------------------------------------------------------------------------------------------- the spec
 @dataclass(frozen=True)
 class Arm:
-    """One strategy of a comparison: its name (the run folder), strategy and RLConfig overrides."""
+    """One strategy of a comparison: its name (the run folder), strategy and RLConfig overrides; ``trainer``
+    (default: the spec's) when the arm needs the other trainer's defaults (a critic-free strategy in a PPO
+    comparison); ``stage``: arms of stage 2 are played after every seed of the stage-1 arms (extra strategies
+    compared on the same warm start and budget without delaying the paper's comparison)."""
 
     name: str
     strategy: str
     overrides: Mapping[str, Any] = field(default_factory=dict)
+    trainer: str | None = None
+    stage: int = 1
 
 
 @dataclass(frozen=True)
@@ -134,8 +139,10 @@ class Spec:
     path: str = ""
 
     def runs(self, root: Path) -> list[Run]:
-        """The grid in play order: seed by seed, arm by arm."""
-        return [Run(arm, seed, root / self.name / arm.name / f"seed{seed}") for seed in self.seeds for arm in self.arms]
+        """The grid in play order: stage by stage (see :class:`Arm`), then seed by seed, arm by arm."""
+        stages = sorted({arm.stage for arm in self.arms})
+        return [Run(arm, seed, root / self.name / arm.name / f"seed{seed}")
+                for stage in stages for seed in self.seeds for arm in self.arms if arm.stage == stage]  # fmt: skip
 
     def warm_dir(self, root: Path) -> Path:
         return root / self.name / "warm_start"
@@ -201,8 +208,13 @@ def load_spec(path: str | Path) -> Spec:
             raise InvalidArgument(f"{where} [arms.{name}]: needs strategy = '...' (a name of trainers.credit).")
         get_strategy(table["strategy"])
         strategy = table.pop("strategy")
+        trainer, stage = table.pop("trainer", None), table.pop("stage", 1)
+        if trainer is not None and trainer not in TRAINERS:
+            raise InvalidArgument(f"{where} [arms.{name}]: trainer={trainer!r} must be one of {TRAINERS}.")
+        if not isinstance(stage, int) or isinstance(stage, bool) or stage < 1:
+            raise InvalidArgument(f"{where} [arms.{name}]: stage={stage!r} must be an int >= 1 (1 = played first).")
         _check_fields(f"{where} [arms.{name}]", list(table), rl_known, RUN_FIELDS_SET_BY_RUNNER)
-        arms.append(Arm(name, strategy, table))
+        arms.append(Arm(name, strategy, table, trainer, stage))
     if not arms:
         raise InvalidArgument(f"{where}: [arms] is empty; add at least one [arms.NAME] with a strategy.")
     warm = None
@@ -264,7 +276,7 @@ def _config_of(spec: Spec, run: Run, warm: Path | None) -> Any:
 
     from trainers.rl import RLConfig
 
-    defaults = getattr(importlib.import_module(f"trainers.{spec.trainer}"), "DEFAULTS", {})
+    defaults = getattr(importlib.import_module(f"trainers.{run.arm.trainer or spec.trainer}"), "DEFAULTS", {})
     try:
         return RLConfig(**{**defaults, **_run_values(spec, run, warm), "out_dir": str(run.out_dir)})
     except (InvalidArgument, TypeError) as exc:
@@ -283,8 +295,8 @@ def eval_budget(cfg: Any) -> dict[str, Any]:
 def train_command(spec: Spec, run: Run, warm: Path | None) -> list[str]:
     """``python -m trainers.<trainer> <flags> --out-dir <run> --resume`` for one run."""
     values = _run_values(spec, run, warm)
-    return [sys.executable, "-m", f"trainers.{spec.trainer}", *flags(values), "--out-dir", str(run.out_dir),
-            "--resume"]  # fmt: skip
+    trainer = run.arm.trainer or spec.trainer
+    return [sys.executable, "-m", f"trainers.{trainer}", *flags(values), "--out-dir", str(run.out_dir), "--resume"]
 
 
 def eval_commands(spec: Spec, policy: Path, out: Path, budget: Mapping[str, Any]) -> list[list[str]]:

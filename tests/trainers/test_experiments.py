@@ -17,6 +17,7 @@ import pytest
 from leaderboards.tables import ResultRow, append_row
 from trainers.experiments import (
     DONE,
+    _config_of,
     _start_record,
     aggregate,
     curves,
@@ -24,6 +25,7 @@ from trainers.experiments import (
     load_spec,
     main,
     seed_band,
+    train_command,
 )
 from trainers.metrics import peak_memory_gib
 
@@ -57,6 +59,10 @@ def test_flags_render_toml_values_as_cli_options():
          "group_size = 1\n", "--group-size=1"),
         ('name = "x"\ntrainer = "ppo"\nenv = "TurnRL/Arithmetic-v0"\nseeds = [0]\n[arms.a]\nstrategy = "ppo_or"\n',
          "must be one of"),
+        ('name = "x"\ntrainer = "mtppo"\nenv = "TurnRL/Arithmetic-v0"\nseeds = [0]\n[arms.a]\nstrategy = "gigpo"\n'
+         'trainer = "grpo_trainer"\n', "trainer='grpo_trainer' must be one of"),
+        ('name = "x"\ntrainer = "grpo"\nenv = "TurnRL/Arithmetic-v0"\nseeds = [0]\n[arms.a]\nstrategy = "gigpo"\n'
+         'stage = 0\n', "stage=0 must be an int >= 1"),
     ],
 )  # fmt: skip
 def test_spec_errors_name_the_key_and_the_fix(tmp_path, text, message):
@@ -66,14 +72,28 @@ def test_spec_errors_name_the_key_and_the_fix(tmp_path, text, message):
 
 def test_committed_specs_load_and_compare_the_papers_strategies():
     specs = {p.stem: load_spec(p) for p in sorted((REPO / "experiments").glob("*.toml"))}
-    assert {s: [a.strategy for a in spec.arms] for s, spec in specs.items()} == {
+    assert {s: [a.strategy for a in spec.arms if a.stage == 1] for s, spec in specs.items()} == {
         "sokoban_mtppo": ["ppo_or", "ppo_mr", "mt_ppo"],
         "wiki_mtgrpo": ["grpo_or", "grpo_mr", "mt_grpo"],
         "wiki_mtppo": ["ppo_or", "ppo_mr", "mt_ppo"],
     }
+    assert {s: [a.strategy for a in spec.arms if a.stage == 2] for s, spec in specs.items()} == {
+        "sokoban_mtppo": ["turn_ppo", "gigpo"],  # issue 15: newer credit assignment, after the papers' arms
+        "wiki_mtgrpo": ["gigpo", "mt_grpo_rtg"],
+        "wiki_mtppo": ["turn_ppo"],
+    }
     assert [len(specs[s].seeds) for s in ("sokoban_mtppo", "wiki_mtgrpo", "wiki_mtppo")] == [2, 3, 3]
-    for spec in specs.values():  # one budget for every arm: arms override nothing but their strategy
-        assert all(not arm.overrides for arm in spec.arms) and spec.warm_start is not None
+    for spec in specs.values():  # one budget for every arm: the papers' arms override nothing but their strategy
+        assert all(not arm.overrides for arm in spec.arms if arm.stage == 1) and spec.warm_start is not None
+        runs = spec.runs(Path("runs"))  # every seed of stage 1 is played before any stage-2 run
+        assert [r.arm.stage for r in runs] == sorted(r.arm.stage for r in runs)
+    gigpo = next(a for a in specs["sokoban_mtppo"].arms if a.name == "gigpo")
+    sokoban_runs = {r.arm.name: r for r in specs["sokoban_mtppo"].runs(Path("runs")) if r.seed == 0}
+    assert train_command(specs["sokoban_mtppo"], sokoban_runs["gigpo"], None)[2] == "trainers.grpo"
+    cfg = _config_of(specs["sokoban_mtppo"], sokoban_runs["gigpo"], None)
+    ppo = _config_of(specs["sokoban_mtppo"], sokoban_runs["mt_ppo"], None)
+    assert cfg.algo == "grpo" and ppo.algo == "ppo" and gigpo.overrides == {"tasks_per_step": 1, "group_size": 4}
+    assert cfg.tasks_per_step * cfg.group_size == ppo.tasks_per_step * ppo.group_size  # same episodes a step
 
 
 def test_a_changed_spec_refuses_to_resume_a_started_run(tmp_path):
