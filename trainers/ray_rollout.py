@@ -84,18 +84,26 @@ def _ray() -> Any:
     return require("ray", "ray", package=RAY_PIN)
 
 
-def connect(address: str | None) -> Any:
-    """The ``ray`` module, connected: to ``address`` (see the module docstring), or the connection this process
-    already has. Raises :class:`InvalidArgument` for a malformed address and :class:`ServiceError` when no cluster
-    answers there (checked with a plain TCP connect first: Ray itself waits minutes on a dead address)."""
-    if address is not None and (not isinstance(address, str) or not address.strip()):
-        raise InvalidArgument(f"Ray address {address!r} is empty; pass {ADDRESS_FORMS}.")
-    match = None if address in (None, "auto", "local") else _ADDRESS.match(address)
-    if address not in (None, "auto", "local") and (match is None or not 0 < int(match["port"]) < 65536):
+def check_address(address: str | None) -> tuple[str, int] | None:
+    """Validate a Ray address without importing Ray (a config's ``__post_init__`` can call it): ``None``,
+    ``"auto"`` and ``"local"`` give ``None``; ``"HOST:PORT"`` / ``"ray://HOST:PORT"`` give ``(host, port)``.
+    Anything else raises :class:`InvalidArgument` naming the accepted forms."""
+    if address is None or address in ("auto", "local"):
+        return None
+    match = _ADDRESS.match(address) if isinstance(address, str) else None
+    if match is None or not 0 < int(match["port"]) < 65536:
         raise InvalidArgument(
             f"Ray address {address!r} is not {ADDRESS_FORMS}; e.g. --ray 10.0.0.1:6379 for a head started with "
             "`ray start --head --port 6379`."
         )
+    return match["host"].strip("[]"), int(match["port"])
+
+
+def connect(address: str | None) -> Any:
+    """The ``ray`` module, connected: to ``address`` (see the module docstring), or the connection this process
+    already has. Raises :class:`InvalidArgument` for a malformed address and :class:`ServiceError` when no cluster
+    answers there (checked with a plain TCP connect first: Ray itself waits minutes on a dead address)."""
+    host_port = check_address(address)
     ray = _ray()
     if ray.is_initialized():
         return ray
@@ -104,8 +112,8 @@ def connect(address: str | None) -> Any:
             f"Ray is not initialised in this process and no address was given; pass address={ADDRESS_FORMS} "
             "(e.g. 'local' for a single-machine cluster) or call ray.init() first."
         )
-    if match is not None:
-        host, port = match["host"].strip("[]"), int(match["port"])
+    if host_port is not None:
+        host, port = host_port
         try:
             socket.create_connection((host, port), timeout=5).close()
         except OSError as exc:
@@ -116,9 +124,9 @@ def connect(address: str | None) -> Any:
             ) from exc
     try:
         if address == "local":
-            ray.init(include_dashboard=False, log_to_driver=False)
+            ray.init(include_dashboard=False)
         else:
-            ray.init(address=address, log_to_driver=False)
+            ray.init(address=address)
     except ConnectionError as exc:
         raise ServiceError(
             f"could not connect to Ray at {address!r}: {exc}. Start a cluster with `ray start --head` on this node "
@@ -225,6 +233,7 @@ class RemoteEnv:
         self.task: dict | None = None
         self.reward_levels: dict[str, str] = {}
         self.pending: tuple[str, Any, int] | None = None  # (action, step ref, incarnation) sent ahead
+        self.final_metrics: dict[str, float] | None = None  # info["episode"] of the step that ended the episode
 
     @property
     def unwrapped(self) -> RemoteEnv:
@@ -279,7 +288,7 @@ class RemoteEnv:
 
     # ---- the gym.Env surface -----------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[list, dict]:
-        self.record, self.digests = [], []
+        self.record, self.digests, self.final_metrics = [], [], None
         answer = self._call("reset", seed, options)
         messages, info, self.task, self.reward_levels = answer
         self.record, self.digests = [("reset", seed, options)], [_answer_digest("reset", answer)]
@@ -306,9 +315,13 @@ class RemoteEnv:
         answer = self._call("step", action, sent=sent)
         self.record.append(("step", action))
         self.digests.append(_answer_digest("step", answer))
+        self.final_metrics = answer[4].get("episode") if answer[2] or answer[3] else None
         return answer
 
     def episode_metrics(self) -> dict[str, float]:
+        """The env's episode metrics (no round trip once a step ended the episode: its ``info["episode"]``)."""
+        if self.final_metrics is not None:
+            return dict(self.final_metrics)
         return self._call("episode_metrics")
 
     def fork(self) -> RemoteEnv:
@@ -316,7 +329,7 @@ class RemoteEnv:
         self._call("fork", child.key)
         child.incarnation = self.incarnation
         child.record, child.digests = list(self.record), list(self.digests)
-        child.task, child.reward_levels = self.task, dict(self.reward_levels)
+        child.task, child.reward_levels, child.final_metrics = self.task, dict(self.reward_levels), self.final_metrics
         self.pool.forks.append(child)
         return child
 
