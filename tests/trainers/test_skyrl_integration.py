@@ -8,6 +8,8 @@ where it cannot import; the estimators themselves are plain functions and are ch
 from __future__ import annotations
 
 import dataclasses
+import doctest
+import importlib
 import json
 import types
 
@@ -34,6 +36,7 @@ from trainers.integrations.skyrl_credit import (
     register_skyrl_estimators,
     skyrl_batch_from_episodes,
     strategy_of,
+    turnrl_trainer_class,
 )
 
 skyrl_gym = pytest.importorskip("skyrl_gym")
@@ -83,6 +86,12 @@ def test_every_id_plays_as_a_skyrl_env_with_the_native_rewards(env_id):
             break
     env.close()
     native.close()
+
+
+def test_module_docstring_example_runs():
+    module = importlib.import_module("trainers.integrations.skyrl_turnrl")
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
 
 
 def test_dataset_rows_read_the_way_skyrl_reads_them(tmp_path):
@@ -247,3 +256,50 @@ def test_registers_with_skyrls_advantage_estimator_registry():
         **kwargs,
     )
     assert torch.equal(got[0], skyrl_call("mt_grpo", batch)[0])
+
+
+def test_trainer_hook_inside_skyrls_trainer(tokenizer):
+    """SkyRL's own RayPPOTrainer turns a generator output into a batch and calls the TurnRL estimator through the hook
+    (no Ray workers: the batch is split for one data-parallel worker)."""
+    try:
+        trainer_cls = turnrl_trainer_class()
+        config_mod = importlib.import_module("skyrl.train.config")
+    except DependencyNotInstalled as exc:
+        pytest.skip(str(exc))
+    register_skyrl_estimators(["mt_grpo", "mt_ppo"])
+    extra = make_episode([(1, 0)], [{"em": 0.0}], group=1, prompt=3, levels=LEVELS)
+    episodes = [*batch_episodes(), extra]  # SkyRL wants groups of n_samples_per_prompt = 3
+    batch = skyrl_batch_from_episodes(episodes)
+    rows = [np.flatnonzero(m) for m in batch.response_mask]
+    output = {
+        "prompt_token_ids": [[tokenizer.eos_token_id] * 3 for _ in episodes],
+        "response_ids": [list(range(len(cols))) for cols in rows],
+        "rewards": [batch.token_level_rewards[i, cols].tolist() for i, cols in enumerate(rows)],
+        "loss_masks": [batch.loss_mask[i, cols].astype(int).tolist() for i, cols in enumerate(rows)],
+        "env_metrics": [{"env/return": 0.0, RECORD_KEY: r.to_metrics()} for r in batch.records],
+    }
+    rng = np.random.default_rng(1)
+    values = [rng.normal(size=len(ep.token_ids) + 1) for ep in episodes]
+    for name, vals in (("mt_grpo", None), ("mt_ppo", values)):
+        cfg = config_mod.SkyRLTrainConfig()
+        cfg.trainer.algorithm.advantage_estimator = f"turnrl_{name}"
+        cfg.generator.inference_engine.enable_ray_prometheus_stats = False  # no Ray cluster to scrape
+        cfg.trainer.train_batch_size = cfg.trainer.policy_mini_batch_size = 2  # two prompts (groups)
+        cfg.generator.n_samples_per_prompt = 3
+        trainer = trainer_cls(cfg, None, tokenizer, None, None, None)
+        trainer.dispatch = types.SimpleNamespace(get_lcm_dp_size=lambda: 1)
+        data = trainer.convert_to_training_input(dict(output), [str(ep.group) for ep in episodes])
+        with_values = skyrl_batch_from_episodes(episodes, vals)
+        data["values"] = None if vals is None else torch.tensor(with_values.values)
+        data = trainer.compute_advantages_and_returns(data)
+        want = get_strategy(name)(episodes, vals, CreditConfig())
+        for i, (ep, cols) in enumerate(zip(episodes, rows, strict=True)):
+            span = np.arange(3, len(ep.token_ids))
+            np.testing.assert_allclose(data["advantages"][i, cols].numpy(), want.advantages[i][span], atol=1e-5)
+        assert not hasattr(cfg.trainer.algorithm, HOOK_ATTR)  # lent for the call only
+    stock = trainer_cls.__mro__[1](cfg, None, tokenizer, None, None, None)  # SkyRL's RayPPOTrainer, no hook
+    stock.dispatch = trainer.dispatch
+    data = stock.convert_to_training_input(dict(output), [str(ep.group) for ep in episodes])
+    data["values"] = torch.tensor(with_values.values)
+    with pytest.raises(InvalidArgument, match="turnrl_trainer_class"):
+        stock.compute_advantages_and_returns(data)

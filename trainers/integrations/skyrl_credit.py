@@ -424,8 +424,9 @@ def _skyrl_module(name: str) -> Any:
             errors.append(f"{module}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
     py = ".".join(map(str, sys.version_info[:3]))
     raise DependencyNotInstalled(
-        f"SkyRL's trainer is not importable here ({'; '.join(errors)}). It needs skyrl 0.3 (or skyrl-train), which "
-        f"imports on Python 3.12+ with a CUDA build of torch (this is Python {py}); install it in its own env: {_PIP}."
+        f"SkyRL's trainer is not importable here ({'; '.join(errors)}). It is skyrl 0.3 (which holds skyrl-train) or "
+        f"the older skyrl-train; both need Python 3.12 (on 3.11 skyrl's pydantic models fail to import; this is "
+        f"Python {py}) and pin their own torch and vLLM, so install them in an env of their own: {_PIP}."
     )
 
 

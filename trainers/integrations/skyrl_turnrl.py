@@ -25,13 +25,15 @@ Worked example (what SkyRL's generator does, with a scripted turn instead of a m
     >>> import skyrl_gym
     >>> from trainers.integrations.skyrl_turnrl import register_skyrl_envs
     >>> _ = register_skyrl_envs()
-    >>> env = skyrl_gym.make("TurnRL/Arithmetic-v0", env_config={}, extras={"seed": 0})
+    >>> env = skyrl_gym.make("TurnRL/Sokoban-v1", env_config={}, extras={"seed": 0})
     >>> prompt, meta = env.init([])
     >>> [m["role"] for m in prompt]
     ['system', 'user']
-    >>> out = env.step("<answer>not a number</answer>")
-    >>> sorted(out), out["done"], out["metadata"]["reward_components"]
-    (['done', 'metadata', 'observations', 'reward'], False, {'answer': 0.0})
+    >>> out = env.step("I will go up. <answer>Up</answer>")
+    >>> sorted(out), out["reward"], out["done"], out["metadata"]["reward_components"]["step_penalty"]
+    (['done', 'metadata', 'observations', 'reward'], -0.1, False, -0.1)
+    >>> env.step("no actions here")["done"], env.get_metrics()["turnrl_record"]["step_rewards"]
+    (False, [-0.1, 0.0])
 
 Dataset rows (:func:`dataset_rows`): ``prompt`` (the opening messages), ``env_class`` (the TurnRL id, registered with
 skyrl_gym under the same name), ``seed`` and ``env_kwargs`` (a JSON object as a string, keyword arguments of
