@@ -201,3 +201,25 @@ def test_generation_actor_samples_like_the_local_engine_and_follows_pushed_weigh
         assert [g.token_ids for g in local(first)] != [g.token_ids for g in local(second)]
     finally:
         engine.close()
+
+
+@pytest.mark.slow
+def test_smollm2_generates_through_a_generation_actor_as_in_process(cluster, tokenizer):
+    """The real SmolLM2-135M-Instruct, shipped to a generation actor: the same greedy ids as in this process."""
+    from agentgym_turn.models import load_causal_lm
+    from trainers.rollout import encode, render
+
+    pytest.importorskip("torch").set_num_threads(1)
+    model, tok = load_causal_lm("smollm2")
+    model.eval()
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    prompts = [encode(tok, render(tok, question, generation_prompt=True))]
+    greedy = SamplingConfig(max_new_tokens=12, temperature=0)
+    engine = RayEngine("transformers", model, tok, workers=1, worker_cpus=0.5)
+    try:
+        [got] = engine.generate(prompts, greedy)
+    finally:
+        engine.close()
+    [want] = TransformersEngine(model, stop_token_ids(tok), pad_token_id=tok.pad_token_id).generate(prompts, greedy)
+    assert got.token_ids == want.token_ids and got.finished
+    assert "Paris" in tok.decode(got.token_ids)
