@@ -303,3 +303,101 @@ def test_trainer_hook_inside_skyrls_trainer(tokenizer):
     data["values"] = torch.tensor(with_values.values)
     with pytest.raises(InvalidArgument, match="turnrl_trainer_class"):
         stock.compute_advantages_and_returns(data)
+
+
+class ScriptedEngine:
+    """Stands in for SkyRL's inference engine (the model): each session answers with its next scripted turn, as real
+    token ids of the test tokenizer ending in its end-of-turn token. SkyRL's generator calls only these two methods."""
+
+    def __init__(self, tokenizer, scripts: dict[str, list[str]]):
+        self.tokenizer, self.scripts = tokenizer, {k: list(v) for k, v in scripts.items()}
+
+    async def generate(self, input_batch, model=None):
+        text = self.scripts[input_batch["session_ids"][0]].pop(0)
+        ids = [*self.tokenizer.encode(text, add_special_tokens=False), self.tokenizer.eos_token_id]
+        return {"responses": [text], "response_ids": [ids], "stop_reasons": ["stop"], "response_logprobs": None}
+
+    async def finish_session(self, session_id):
+        assert not self.scripts[session_id], f"session {session_id} ended before its script"
+
+
+def native_group(env_id, seed, group, size=4):
+    """Play ``env_id`` natively for one task with each scripted policy (a different rng per member): the actions and
+    one-token-per-turn Episodes carrying the native per-turn rewards and state keys."""
+    env = gym.make(env_id)
+    policies = type(env.unwrapped).scripted_policies
+    actions, episodes = [], []
+    for j, name in enumerate((sorted(policies) * size)[:size]):
+        _, info = env.reset(seed=seed)
+        keys, rng, acts, infos, done = [info["state_key"]], np.random.default_rng(j), [], [], False
+        while not done:
+            acts.append(policies[name](env.unwrapped, rng))
+            _, _, term, trunc, info = env.step(acts[-1])
+            infos.append(info)
+            keys.append(info["state_key"])
+            done = term or trunc
+        k = len(acts)
+        turns = with_late_components([i["reward_components"] for i in infos], infos[-1].get("late_reward_components"))
+        episodes.append(
+            dataclasses.replace(
+                make_episode([(1, 0)] * k, turns, group=group, prompt=0, levels=env.unwrapped.reward_levels),
+                state_keys=keys[:k],
+            )
+        )
+        actions.append(acts)
+    env.close()
+    return actions, episodes
+
+
+def test_skyrl_generator_and_trainer_reproduce_trainers_credit(tokenizer):
+    """SkyRL's own generator plays TurnRL envs (scripted turns instead of a model) and SkyRL's trainer, with the hook,
+    computes TurnRL advantages: each turn's advantage equals trainers.credit on the same episodes played natively."""
+    try:
+        trainer_cls = turnrl_trainer_class()
+        config_mod = importlib.import_module("skyrl.train.config")
+        gen_mod = importlib.import_module("skyrl.train.generators.skyrl_gym_generator")
+        base = importlib.import_module("skyrl.train.generators.base")
+    except (DependencyNotInstalled, ImportError) as exc:
+        pytest.skip(str(exc))
+    import asyncio
+
+    register_skyrl_envs()
+    names = ["mt_grpo", "tarl", "grpo_or", "gigpo", "mt_rloo_rtg"]
+    register_skyrl_estimators(names)
+    tasks = [("TurnRL/Sokoban-v1", 3), ("TurnRL/WikiTwoTurn-v1", 0)]
+    played = [native_group(env_id, seed, g) for g, (env_id, seed) in enumerate(tasks)]
+    size = len(played[0][0])
+    cfg = config_mod.SkyRLTrainConfig()
+    cfg.generator.max_input_length = 8192
+    cfg.generator.n_samples_per_prompt = size
+    cfg.generator.inference_engine.enable_ray_prometheus_stats = False
+    cfg.trainer.train_batch_size = cfg.trainer.policy_mini_batch_size = len(tasks)
+    scripts, inputs = {}, {k: [] for k in ("prompts", "env_classes", "env_extras", "trajectory_ids")}
+    for g, ((env_id, seed), (actions, _)) in enumerate(zip(tasks, played, strict=True)):
+        row = dataset_rows(env_id, [seed])[0]
+        for rep, acts in enumerate(actions):
+            scripts[f"{g}_{rep}"] = acts
+            inputs["prompts"].append(row["prompt"])
+            inputs["env_classes"].append(env_id)
+            inputs["env_extras"].append({"seed": seed, "env_kwargs": row["env_kwargs"]})
+            inputs["trajectory_ids"].append(base.TrajectoryID(instance_id=str(g), repetition_id=rep))
+    generator = gen_mod.SkyRLGymGenerator(
+        cfg.generator, cfg.environment.skyrl_gym, ScriptedEngine(tokenizer, scripts), tokenizer
+    )
+    output = asyncio.run(generator.generate({**inputs, "sampling_params": None, "batch_metadata": None}))
+    episodes = [ep for _, eps in played for ep in eps]
+    for name in names:
+        cfg.trainer.algorithm.advantage_estimator = f"turnrl_{name}"
+        trainer = trainer_cls(cfg, None, tokenizer, None, None, None)
+        trainer.dispatch = types.SimpleNamespace(get_lcm_dp_size=lambda: 1)
+        data = trainer.convert_to_training_input(dict(output), [t.instance_id for t in inputs["trajectory_ids"]])
+        data["values"] = None
+        data = trainer.compute_advantages_and_returns(data)
+        want = get_strategy(name)(episodes, None, CreditConfig()).advantages
+        for i, ep in enumerate(episodes):
+            mask = data["loss_mask"][i].numpy() > 0
+            runs = np.cumsum(mask & ~np.concatenate([[False], mask[:-1]])) - 1
+            got = [data["advantages"][i].numpy()[mask & (runs == k)] for k in range(ep.num_turns)]
+            assert all(len(g) and np.allclose(g, want[i][k], atol=1e-5) for k, g in enumerate(got)), (name, i)
+    mt = get_strategy("mt_grpo")(episodes, None, CreditConfig()).advantages  # the batch is not degenerate:
+    assert len({ep.num_turns for ep in episodes}) > 1 and any(len(set(np.round(a, 4))) > 1 for a in mt)
