@@ -10,7 +10,12 @@ over ``--rounds`` rounds on the same episodes and threads:
 - ``head``: the same with the LM head only where a log-prob is needed (HEAD before the rest of issue 11 item 4);
 - ``fused``: ``head`` with fused AdamW;
 - ``bf16``: bf16 weights with fp32 master weights and optimizer state (``--dtype bfloat16``), no autocast, fused
-  AdamW.
+  AdamW;
+- ``prefix``: ``bf16`` with prefix sharing (``--share-prefix``, the RL default): the prompt a pack's episodes share
+  is computed once per pack (``modeling.pack_shared``, 2048 computed tokens a pack) in every pass.
+
+Episodes come in groups of ``--group`` (a task's episodes share system prompt and question; different tasks share
+the system prompt), as an RL step's do.
 
 Reported: update tokens/s by wall clock and by process CPU time (the machine is shared: CPU time is the steadier
 of the two), the optimizer step's share, peak RSS, and each variant's median ratio to ``head`` and ``full-head``.
@@ -29,7 +34,8 @@ import time
 CHILD = r"""
 import json, resource, sys, time
 import numpy as np, torch
-episodes_n, threads, variant, full = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
+episodes_n, threads, variant, full, group = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4] == "1", \
+    int(sys.argv[5])
 torch.set_num_threads(threads)
 from agentgym_turn.models import load_causal_lm
 from trainers import modeling as M
@@ -40,8 +46,10 @@ from trainers.rollout import EnvPool, RolloutConfig, collect, scripted_actor
 policy, tok = load_causal_lm("smollm2")
 eos = tok.convert_tokens_to_ids("<|im_end|>")
 eps, _ = collect(EnvPool(["TurnRL/WikiTwoTurn-v1"]), scripted_actor(tok, eos, ["reference", "direct"], [0.7, 0.3]),
-                 tok, stop_token_ids(tok), RolloutConfig(256, 2048), num_tasks=episodes_n // 2, group_size=2, seed=0)
-half, masked, fused = variant == "bf16", variant != "full-head", variant in ("fused", "bf16")
+                 tok, stop_token_ids(tok), RolloutConfig(256, 2048), num_tasks=episodes_n // group, group_size=group,
+                 seed=0)
+half, masked, share = variant in ("bf16", "prefix"), variant != "full-head", variant == "prefix"
+fused = variant in ("fused", "bf16", "prefix")
 reference = M.frozen_copy(policy).to(torch.bfloat16 if half else torch.float32) if full else None
 critic = M.ValueModel.from_policy(policy) if full else None
 master = M.MasterWeights(policy) if half else None
@@ -52,7 +60,8 @@ opt = torch.optim.AdamW(params, lr=1e-6, fused=fused or None)
 copt = torch.optim.AdamW(cparams, lr=1e-5, fused=fused or None) if full else None
 ac = not half
 t0, c0 = time.perf_counter(), time.process_time()
-packs = M.pack_episodes(eps, range(len(eps)), 512)
+packs = M.pack_shared(eps, range(len(eps)), 2048) if share else M.pack_episodes(eps, range(len(eps)), 512)
+computed = sum(p.num_tokens - (len(p.members) - 1) * (p.shared or 0) for p in packs)
 in_loss = [e.loss_mask.astype(np.float32) for e in eps]
 with torch.no_grad(), M.autocast(ac):
     heads = {}
@@ -89,16 +98,16 @@ if full:
         cmaster.push()
 dt, cpu, opt_s = time.perf_counter() - t0, time.process_time() - c0, time.perf_counter() - t_opt
 n = sum(len(e.token_ids) for e in eps)
-print(json.dumps({"variant": variant, "full": full, "tokens": n, "rows": len(packs), "seconds": round(dt, 1),
+print(json.dumps({"variant": variant, "full": full, "tokens": n, "computed": computed, "seconds": round(dt, 1),
                   "tok_per_s": round(n / dt, 1), "tok_per_cpu_s": round(n / cpu, 1), "opt_s": round(opt_s, 2),
                   "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}))
 """
 
-VARIANTS = ("full-head", "head", "fused", "bf16")
+VARIANTS = ("full-head", "head", "fused", "bf16", "prefix")
 
 
-def run(episodes: int, threads: int, variant: str, full: bool) -> dict:
-    argv = [str(episodes), str(threads), variant, "1" if full else "0"]
+def run(episodes: int, threads: int, variant: str, full: bool, group: int) -> dict:
+    argv = [str(episodes), str(threads), variant, "1" if full else "0", str(group)]
     out = subprocess.run([sys.executable, "-c", CHILD, *argv], capture_output=True, text=True)
     if out.returncode:
         return {"error": out.stderr.strip().splitlines()[-1][:200], "variant": variant, "full": full}
@@ -112,24 +121,25 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds over every variant")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--no-full", action="store_true", help="policy only (no critic and reference runs)")
+    parser.add_argument("--group", type=int, default=4, help="episodes per task (they share their prompt)")
     args = parser.parse_args()
     n = 4 if args.quick else 8
     modes = [False] if args.no_full else [False, True]
     t0 = time.perf_counter()
     results: dict[tuple[str, bool], list[dict]] = {}
-    head = ["what", "variant", "round", "tokens", "tok/s", "tok/cpu-s", "opt s", "peak GB"]
+    head = ["what", "variant", "round", "tokens", "computed", "tok/s", "tok/cpu-s", "opt s", "peak GB"]
     print(f"{head[0]:<24}" + "".join(f"{h:>10}" for h in head[1:]), flush=True)
     for r in range(args.rounds):
         for full in modes:
             for variant in args.variants:
-                row = run(n, args.threads, variant, full)
+                row = run(n, args.threads, variant, full, args.group)
                 what = "policy+critic+reference" if full else "policy only"
                 if "error" in row:
                     print(f"{what:<24}{variant:>10} error: {row['error']}", flush=True)
                     continue
                 results.setdefault((variant, full), []).append(row)
-                cells = [variant, r + 1, row["tokens"], row["tok_per_s"], row["tok_per_cpu_s"], row["opt_s"],
-                         row["peak_rss_gb"]]  # fmt: skip
+                cells = [variant, r + 1, row["tokens"], row["computed"], row["tok_per_s"], row["tok_per_cpu_s"],
+                         row["opt_s"], row["peak_rss_gb"]]  # fmt: skip
                 print(f"{what:<24}" + "".join(f"{c!s:>10}" for c in cells), flush=True)
     print("\nmedians over rounds; ratios to 'head' (HEAD's update) and 'full-head' (before issue 11):")
     print(f"{'what':<24}{'variant':>10}{'tok/s':>10}{'tok/cpu-s':>10}{'x head':>10}{'x full':>10}{'cpu x head':>12}")

@@ -25,6 +25,11 @@ Choices where the papers are silent (as verl, the code base of 001 and 003, make
   the value after its last token is a head output that no value target ever trains (its state is never followed
   by a policy token). ``--bootstrap-truncated`` uses it (Gymnasium's meaning of truncation) for a trained critic.
 
+Prefix sharing (``--share-prefix``, default): the episodes of a pack share their prompt (a task's group the system
+prompt and question, a step's episodes the system prompt); every pass of the update (the policy's forward and
+backward, old log-probs, reference, critic) computes those tokens once per pack and each episode's rest on their KV
+(``modeling.pack_shared``), never past the position before an episode's first policy token.
+
 Precision: fp32 weights under bf16 autocast (default), or ``--dtype bfloat16``: bf16 weights with fp32 master
 weights and optimizer state (``modeling.MasterWeights``; checkpoints hold the masters, so a resume is exact). AdamW
 is torch's fused kernel (one pass over all tensors; the default for-loop took 5-25 s a step on 135M parameters).
@@ -104,6 +109,14 @@ class RLConfig:
     minibatches: int = arg(1, "optimizer steps per pass (the batch is split by episodes)")
     max_grad_norm: float = arg(1.0, "gradient clipping norm")
     pack_tokens: int = arg(512, "tokens per packed row in the update (no padding; short episodes share a row)")
+    share_prefix: bool = arg(
+        True,
+        "compute the prompt tokens a pack's episodes share (system prompt, question) once per pack in every update "
+        "pass, up to the position before the first policy token (--no-share-prefix: every episode whole)",
+    )
+    share_pack_tokens: int = arg(
+        2048, "with --share-prefix: tokens one pack computes (its shared prefix once + each episode's rest)"
+    )
     aggregation: str = arg("seq_mean_token_mean", "loss reduction", choices=("seq_mean_token_mean", "token_mean"))
     gamma: float = arg(1.0, "GAE discount (001: 1.0)")
     gae_lambda: float = arg(1.0, "GAE lambda (001: 1.0)")
@@ -176,7 +189,9 @@ class RLConfig:
         self.env_kwargs()  # the --env-kwarg syntax, checked before anything runs
         if self.env_weights is not None and len(self.env_weights) != len(self.env):
             raise InvalidArgument(f"--env-weights {self.env_weights} needs one weight per --env ({len(self.env)}).")
-        for name in ("steps", "tasks_per_step", "group_size", "max_new_tokens", "ppo_epochs", "minibatches"):
+        names = ("steps", "tasks_per_step", "group_size", "max_new_tokens", "ppo_epochs", "minibatches", "pack_tokens",
+                 "share_pack_tokens")  # fmt: skip
+        for name in names:
             if getattr(self, name) < 1:
                 raise InvalidArgument(f"--{name.replace('_', '-')}={getattr(self, name)} must be >= 1.")
         if self.group_size < 2 and ("grpo" in self.strategy or "rloo" in self.strategy):
@@ -262,6 +277,15 @@ def make_env_pool(
 ) -> EnvPool:
     """The envs a run plays: ``env_ids`` drawn by ``weights``, each made with its ``--env-kwarg`` kwargs."""
     return EnvPool(list(env_ids), weights, kwargs_by_id={k: dict(v) for k, v in kwargs_by_id.items()})
+
+
+def pack_minibatch(episodes: Sequence[Episode], indices: Sequence[int], cfg: RLConfig) -> list[Any]:
+    """One minibatch's packs: sharing their common prompt (``--share-prefix``) or rows of whole episodes."""
+    from trainers import modeling as M
+
+    if cfg.share_prefix:
+        return M.pack_shared(episodes, indices, cfg.share_pack_tokens)
+    return M.pack_episodes(episodes, indices, cfg.pack_tokens)
 
 
 def policy_minibatch(
@@ -465,8 +489,7 @@ def train(cfg: RLConfig) -> dict[str, float]:
                                    branch_turns=cfg.branch_turns, group_offset=step * cfg.tasks_per_step)  # fmt: skip
         # the minibatches of every epoch (split by episodes), packed once; pass (2) scores the same packs
         order = np.random.default_rng(cfg.seed + step).permutation(len(episodes))
-        minibatches = [M.pack_episodes(episodes, mb.tolist(), cfg.pack_tokens)
-                       for mb in np.array_split(order, cfg.minibatches)]  # fmt: skip
+        minibatches = [pack_minibatch(episodes, mb.tolist(), cfg) for mb in np.array_split(order, cfg.minibatches)]
 
         # ---- (2) old log-probs, reference log-probs and critic values, no gradients ---------------------------
         # Old log-probs are the policy's own before the update (as verl), not the sampler's: env tokens in the
