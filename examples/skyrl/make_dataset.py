@@ -1,7 +1,7 @@
 """Write a SkyRL dataset (JSONL) of TurnRL tasks: one row per seed, the env's opening messages as the prompt.
 
     python examples/skyrl/make_dataset.py --env TurnRL/WikiTwoTurn-v1 --seeds 0:512 --out data/wiki/train.jsonl
-    python examples/skyrl/make_dataset.py --env TurnRL/WikiTwoTurn-v1 --seeds 0:64 --env-kwarg split=validation \
+    python examples/skyrl/make_dataset.py --env TurnRL/WikiTwoTurn-v1 --seeds 100000:100064 --held-out \
         --out data/wiki/validation.jsonl
 
 Each row: ``prompt``, ``env_class`` (the TurnRL id, registered with skyrl_gym under the same name), ``seed`` and
@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from agentgym_turn.error import InvalidArgument
-from trainers.evaluation import parse_env_kwargs
+from trainers.evaluation import held_out_kwargs, parse_env_kwargs
 from trainers.integrations.skyrl_turnrl import dataset_rows
 
 
@@ -37,9 +37,13 @@ def main(argv: list[str] | None = None) -> Path:
     ap.add_argument("--env", required=True, help="a TurnRL id, e.g. TurnRL/WikiTwoTurn-v1")
     ap.add_argument("--seeds", default="0:256", help="START:STOP, one task per seed")
     ap.add_argument("--env-kwarg", action="append", default=[], help="gym.make keyword as key=value (repeatable)")
+    ap.add_argument("--held-out", action="store_true", help="the env's held-out tasks (its leaderboard split)")
     ap.add_argument("--out", required=True, type=Path, help="the JSONL file to write")
     args = ap.parse_args(argv)
-    rows = dataset_rows(args.env, parse_seeds(args.seeds), parse_env_kwargs(args.env_kwarg))
+    kwargs = parse_env_kwargs(args.env_kwarg)
+    if args.held_out:
+        kwargs = held_out_kwargs(args.env, kwargs or None)
+    rows = dataset_rows(args.env, parse_seeds(args.seeds), kwargs)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w") as f:
         for row in rows:

@@ -3,7 +3,8 @@
 #   ENV_ID=TurnRL/WikiTwoTurn-v1 ESTIMATOR=turnrl_mt_grpo bash examples/skyrl/run_turnrl.sh
 #   ENV_ID=TurnRL/SearchR1-v1    ESTIMATOR=turnrl_mt_ppo  bash examples/skyrl/run_turnrl.sh   (adds a critic)
 # Needs GPUs, Python 3.12 and `pip install "skyrl[fsdp]==0.3.0" "agentgym-turn[skyrl]"`; extra arguments are
-# SkyRL config overrides (key=value) and win over the ones below.
+# SkyRL config overrides (key=value) and win over the ones below. TurnRL envs end their episodes themselves:
+# generator.max_turns only tells SkyRL the rollout is multi-turn (its generator never cuts turns by it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -15,12 +16,15 @@ DATA_DIR="${DATA_DIR:-$HOME/data/turnrl/$(basename "$ENV_ID")}"
 LOGGER="${LOGGER:-console}"
 
 python examples/skyrl/make_dataset.py --env "$ENV_ID" --seeds 0:1024 --out "$DATA_DIR/train.jsonl"
-python examples/skyrl/make_dataset.py --env "$ENV_ID" --seeds 0:128 --env-kwarg split=validation \
+python examples/skyrl/make_dataset.py --env "$ENV_ID" --seeds 100000:100128 --held-out \
   --out "$DATA_DIR/validation.jsonl"
 
 # The PPO family (turnrl_mt_ppo, turnrl_ppo_or, turnrl_ppo_mr, turnrl_tarl_ppo_*) needs a critic.
 CRITIC=()
-case "$ESTIMATOR" in *ppo*) CRITIC=(trainer.critic.model.path="$MODEL" trainer.placement.critic_num_gpus_per_node="$NUM_GPUS") ;; esac
+case "$ESTIMATOR" in
+  *ppo*) CRITIC=(trainer.critic.model.path="$MODEL" trainer.placement.critic_num_gpus_per_node="$NUM_GPUS"
+    trainer.critic_mini_batch_size=32) ;;
+esac
 
 python examples/skyrl/main_turnrl.py \
   data.train_data="['$DATA_DIR/train.jsonl']" \
@@ -45,6 +49,7 @@ python examples/skyrl/main_turnrl.py \
   generator.step_wise_trajectories=false \
   generator.zero_reward_on_non_stop=false \
   generator.n_samples_per_prompt=8 \
+  generator.max_turns=8 \
   generator.max_input_length=4096 \
   generator.sampling_params.max_generate_length=512 \
   trainer.max_prompt_length=2048 \
