@@ -223,3 +223,27 @@ def test_smollm2_generates_through_a_generation_actor_as_in_process(cluster, tok
     [want] = TransformersEngine(model, stop_token_ids(tok), pad_token_id=tok.pad_token_id).generate(prompts, greedy)
     assert got.token_ids == want.token_ids and got.finished
     assert "Paris" in tok.decode(got.token_ids)
+
+
+@pytest.mark.skipif("ray" not in getattr(__import__("trainers.rl").rl.RLConfig, "__dataclass_fields__", {}),
+                    reason="trainers.rl has no --ray yet (the patch in the issue 14 report)")  # fmt: skip
+def test_rl_with_ray_env_and_generation_workers_trains_like_in_process(cluster, tmp_path, tiny_model_dir):
+    """``--ray`` (the envs in 2 env workers; then generation in 1 actor too): the same metrics step by step as the
+    in-process run, since the episodes are the same and the pushed weights sample the same."""
+    import json
+
+    from trainers.rl import RLConfig, train
+
+    def run(name, **kw):
+        cfg = RLConfig(env=[TOY], model=tiny_model_dir, steps=2, tasks_per_step=2, group_size=2, max_new_tokens=8,
+                       max_context=256, max_turns=2, lr=1e-2, critic_lr=1e-2, bf16=False, threads=1, seed=0,
+                       sft_episodes=0, engine="transformers", out_dir=str(tmp_path / name), **kw)  # fmt: skip
+        train(cfg)
+        rows = [json.loads(x) for x in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if not k.startswith("perf/") and "seconds" not in k and "per_s" not in k}
+                for r in rows]  # fmt: skip
+
+    local = run("local")
+    assert len(local) == 2 and "losses/policy" in local[-1]
+    assert run("ray-envs", ray="auto", ray_env_workers=2) == local
+    assert run("ray-gen", ray="auto", ray_env_workers=1, ray_gen_workers=1) == local
