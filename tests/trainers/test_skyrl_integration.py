@@ -21,8 +21,10 @@ import agentgym_turn
 from agentgym_turn.core import with_late_components
 from agentgym_turn.error import DependencyNotInstalled, InvalidArgument
 from agentgym_turn.policies import run_episode
+from tests.envs.tau.conftest import fake_openai  # noqa: F401  (the local judge server fixture)
 from tests.trainers.test_credit import make_episode
-from trainers.credit import CreditConfig, get_strategy, needs_critic
+from tests.trainers.test_tarl_end_to_end import judge_reply
+from trainers.credit import CreditConfig, get_strategy, needs_critic, tarl_score
 from trainers.integrations.skyrl_credit import (
     HOOK_ATTR,
     RECORD_KEY,
@@ -401,3 +403,40 @@ def test_skyrl_generator_and_trainer_reproduce_trainers_credit(tokenizer):
             assert all(len(g) and np.allclose(g, want[i][k], atol=1e-5) for k, g in enumerate(got)), (name, i)
     mt = get_strategy("mt_grpo")(episodes, None, CreditConfig()).advantages  # the batch is not degenerate:
     assert len({ep.num_turns for ep in episodes}) > 1 and any(len(set(np.round(a, 4))) > 1 for a in mt)
+
+
+def test_late_judge_scores_reach_their_turns_through_skyrl(fake_openai):  # noqa: F811
+    """TauRetail with a judge (a local OpenAI-compatible server with fixed scores): the final step pays every late
+    score, where SkyRL stamps it, while the record puts each on its turn: TARL through the adapter sees 003's numbers.
+    """
+    register_skyrl_envs(["TurnRL/TauRetail-v1"])
+    fake_openai.replies = [judge_reply(None), judge_reply(1)]
+    records = []
+    for _ in range(2):
+        native = gym.make("TurnRL/TauRetail-v1")
+        actions = run_episode(native, scripted(native), seed=0).actions
+        native.close()
+        extras = {"seed": 0, "env_kwargs": {"judge": fake_openai.spec("judge")}}
+        env = skyrl_gym.make("TurnRL/TauRetail-v1", env_config={}, extras=extras)
+        env.init([])
+        outs = [env.step(a) for a in actions]
+        records.append(env.record())
+        late = outs[-1]["metadata"]["late_reward_components"]
+        assert late == [{"judge": t["judge"]} for t in records[-1].turn_rewards]
+    perfect, flawed = records
+    n = len(perfect.turn_rewards)
+    assert n >= 3 and perfect.turn_rewards == [{"judge": 1.0}] * (n - 1) + [{"task": 1.0, "judge": 1.0}]
+    assert perfect.step_rewards == [0.0] * (n - 1) + [1.0 + n] and flawed.turn_rewards[1] == {"judge": -1.0}
+    # one policy token and one env token per turn, each step's reward on its turn's token, as SkyRL lays a row out
+    width = 2 * n - 1
+    rewards = np.zeros((2, width), np.float32)
+    rewards[:, ::2] = [r.step_rewards for r in records]
+    loss = np.tile((np.arange(width) % 2 == 0).astype(np.float32), (2, 1))
+    kwargs = {"response_mask": torch.ones(2, width), "index": ["t", "t"], "loss_mask": torch.tensor(loss)}
+    adv, _ = make_estimator("tarl")(token_level_rewards=torch.tensor(rewards), turnrl_records=records, **kwargs)
+    episodes = [
+        make_episode([(1, 1)] * (n - 1) + [(1, 0)], r.turn_rewards, prompt=0, levels=r.reward_levels) for r in records
+    ]
+    want = get_strategy("tarl")(episodes, None, CreditConfig()).advantages
+    np.testing.assert_allclose(adv.numpy()[:, ::2], [w[::2] for w in want], atol=1e-6)
+    assert tarl_score(episodes[0], CreditConfig()) == pytest.approx(15.0) and adv[0, 0] > 0 > adv[1, 0]
