@@ -472,7 +472,8 @@ def turnrl_trainer_class() -> type:
 
     Two overrides: ``convert_to_training_input`` keeps each row's :class:`TurnRecord` (from ``env_metrics``) in the
     batch metadata, and ``compute_advantages_and_returns`` lends them, with the batch's ``loss_mask``, to the estimator
-    through ``AlgorithmConfig`` for the duration of SkyRL's own call. Other estimators run unchanged.
+    through ``AlgorithmConfig`` for the duration of SkyRL's own call. Other estimators run unchanged. (SkyRL's
+    fully-async trainer is a separate class and has no such hook here.)
     """
     base = _skyrl_module("trainer").RayPPOTrainer
 
@@ -493,7 +494,7 @@ def turnrl_trainer_class() -> type:
             algorithm = self.cfg.trainer.algorithm
             if not is_turnrl_estimator(algorithm.advantage_estimator):
                 return super().compute_advantages_and_returns(data)
-            records = data.metadata.pop(RECORD_KEY)
+            records = data.metadata.pop(RECORD_KEY, None)  # None: the estimator says what is missing
             setattr(algorithm, HOOK_ATTR, {"loss_mask": data["loss_mask"], "records": records})
             try:
                 return super().compute_advantages_and_returns(data)
