@@ -17,10 +17,11 @@ optionally, the generation engines) live in Ray actors on any node of a cluster:
   loads it and calls its engine's own ``update_weights`` (vLLM: the reload-from-folder push).
 
 Fault tolerance: each :class:`RemoteEnv` records what it was asked (``reset`` seed and options, every action) and a
-digest of each answer. When an env worker dies (``ray.exceptions.RayActorError``: the process was killed, its node
-left), the pool starts a replacement actor, and every env of the dead worker is rebuilt there on its next call by
-replaying its record (envs are deterministic given seed and actions); an answer that differs from the recorded one
-raises :class:`ReplayMismatch` instead of training on a different episode. The batch goes on; nothing is lost.
+digest of each answer. When an env worker dies (``ray.exceptions.RayActorError``: the process was killed or its
+node left; ``OutOfMemoryError``: Ray's memory monitor killed it), the pool starts a replacement actor, and every env
+of the dead worker is rebuilt there on its next call by replaying its record (envs are deterministic given seed and
+actions); an answer that differs from the recorded one raises :class:`ReplayMismatch` instead of training on a
+different episode. The batch goes on; nothing is lost.
 
 Example (the envs in two local workers, generation in this process)::
 
@@ -28,17 +29,22 @@ Example (the envs in two local workers, generation in this process)::
     >>> actor = pool.pipeline(engine_actor(engine, cfg, seed=0), tokenizer, stops)   # doctest: +SKIP
     >>> episodes, _ = collect(pool, actor, tokenizer, stops, cfg, num_tasks=4, group_size=4, seed=0)  # doctest: +SKIP
 
-Multi-node launch recipe (every node: the same Python, ``pip install "agentgym-turn[ray]"`` plus the extras and
-data of the envs it will run, e.g. ``bash scripts/setup.sh``, and the same repo checkout)::
+Multi-node launch recipe. Every node: the same Python and repo checkout, ``pip install "agentgym-turn[ray]"`` plus
+the extras and data of the envs it will run (``bash scripts/setup.sh``). Ray 2.59+ authenticates a cluster started
+with ``ray start --head`` with a token: every node and the trainer's shell need the same ``RAY_AUTH_MODE=token`` and
+``RAY_AUTH_TOKEN`` (without them, an explicit ``HOST:PORT`` is refused: "Authentication token is missing")::
 
     # head node (the trainer runs here; 6379 is Ray's default GCS port)
+    export RAY_AUTH_MODE=token RAY_AUTH_TOKEN=$(ray get-auth-token --generate)
     ray start --head --port 6379 --num-cpus 8
-    # every other node, pointing at the head
+    # every other node: the same two variables (copy the token over a private channel), then
     ray start --address HEAD_IP:6379 --num-cpus 16
-    # on the head: rollouts' envs spread over the cluster, update in this process
-    python -m trainers.mtppo --env TurnRL/WikiTwoTurn-v1 --ray auto --ray-env-workers 8
-    # done
-    ray stop            # on every node
+    # on the head: the envs spread over the cluster's env workers, generation and update in this process
+    python -m trainers.mtppo --env TurnRL/WikiTwoTurn-v1 --ray HEAD_IP:6379 --ray-env-workers 8
+    # ... or generation in Ray actors too (GPU nodes: vLLM per actor)
+    python -m trainers.mtppo --env TurnRL/WikiTwoTurn-v1 --ray HEAD_IP:6379 --ray-env-workers 8 \
+        --ray-gen-workers 2 --ray-gen-gpus 1
+    ray stop            # on every node, when done
 
 ``address``: ``"auto"`` (the cluster started on this node by ``ray start``), ``"HOST:PORT"`` (a head's GCS),
 ``"ray://HOST:10001"`` (Ray Client, from outside the cluster), or ``"local"`` (start a throwaway single-node cluster
@@ -130,13 +136,17 @@ def connect(address: str | None) -> Any:
     except ConnectionError as exc:
         raise ServiceError(
             f"could not connect to Ray at {address!r}: {exc}. Start a cluster with `ray start --head` on this node "
-            "(then --ray auto), pass the head's HOST:PORT, or use --ray local for a throwaway local cluster."
+            "(then --ray auto), pass the head's HOST:PORT, or use --ray local for a throwaway local cluster. A "
+            "cluster that authenticates (Ray >= 2.59 by default) needs RAY_AUTH_MODE=token and its RAY_AUTH_TOKEN "
+            "(`ray get-auth-token` on the head) in this shell."
         ) from exc
     return ray
 
 
 def _is_actor_death(exc: BaseException) -> bool:
-    return isinstance(exc, _ray().exceptions.RayActorError)
+    """The worker process is gone: it died or was killed (a signal, its node left, Ray's memory monitor)."""
+    errors = _ray().exceptions
+    return isinstance(exc, errors.RayActorError | errors.OutOfMemoryError)
 
 
 # ---------------------------------------------------------------------------------------------------- env workers
