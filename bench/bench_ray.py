@@ -92,7 +92,7 @@ def main() -> None:
     cfg = RolloutConfig(max_new_tokens=256, max_context=2048, max_turns=4)
     counts = [int(w) for w in args.workers.split(",")]
     t0 = time.perf_counter()
-    ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
     print(f"[bench_ray] ray {ray.__version__} local cluster ({args.cpus} CPUs) up in {time.perf_counter() - t0:.1f} s")
     pools: dict[str, EnvPool] = {"in-process": EnvPool([args.env])}
     for n in counts:

@@ -130,7 +130,7 @@ def connect(address: str | None) -> Any:
             ) from exc
     try:
         if address == "local":
-            ray.init(include_dashboard=False)
+            ray.init(address="local", include_dashboard=False)  # a new cluster, even if this node runs one
         else:
             ray.init(address=address)
     except ConnectionError as exc:

@@ -43,7 +43,7 @@ if "TurnRLTest/NoisyArith-v0" not in gym.registry:
 @pytest.fixture(scope="module")
 def cluster():
     """One small local Ray cluster for the whole module (2 CPUs, no dashboard)."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # not a cluster of this node
     yield ray
     ray.shutdown()
 
