@@ -411,3 +411,78 @@ def test_agent_loop_names_a_missing_env_id():
     with pytest.raises(InvalidArgument, match="env_id"):
         episode_spec({"task": {}}, 0)
     assert episode_spec({"env_id": "TurnRL/SearchR1-v1", "seed": 4}, 9) == ("TurnRL/SearchR1-v1", None, 4, {})
+
+
+# --------------------------------------------------------------------------------------------------------------
+# verl's v1 trainer: the turnrl_sync hook over a real TransferQueue, and the plugin that registers it
+# --------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_turnrl_sync_trainer_lends_records_and_values_to_verls_compute_advantage(episodes):
+    """verl's own v1 ``_compute_advantage`` (rows read from and written back to a real TransferQueue on a local Ray)
+    with the TurnRL hook: MT-PPO advantages and returns equal trainers.credit's."""
+    ray = pytest.importorskip("ray")
+    tq = pytest.importorskip("transfer_queue")
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.v1 import get_trainer_cls
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    values = full_values(episodes, seed=2)
+    batch = vt.verl_batch_from_episodes(episodes, values=values)
+    spans = vt.span_mask(batch.response_mask).sum(axis=1)
+    keys = [f"{batch.index[i]}_{i}_0" for i in range(len(episodes))]  # verl's {uid}_{session}_{output} keys
+    rows = [
+        {
+            "uid": str(batch.index[i]),
+            "response_mask": torch.tensor(batch.response_mask[i, :n]),
+            "rm_scores": torch.tensor(batch.token_level_rewards[i, :n]),
+            "values": torch.tensor(batch.values[i, :n]),
+            "extra_fields": {vt.RECORD_KEY: batch.records[i].to_metrics()},
+        }
+        for i, n in enumerate(spans)
+    ]
+    ray.init(address="local", num_cpus=4, include_dashboard=False)  # logical CPUs: TQ's actors take one each
+    try:
+        tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
+        meta = tq.kv_batch_put(keys=keys, partition_id="train", fields=list_of_dict_to_tensordict(rows))
+        cls = vt.turnrl_trainer_class()
+        assert get_trainer_cls(vt.TRAINER_MODE) is cls
+        trainer = cls.__new__(cls)  # only what _compute_advantage reads: the config and whether a critic runs
+        trainer.config = OmegaConf.create(
+            {
+                "algorithm": {"adv_estimator": "turnrl_mt_ppo", "gamma": 1.0, "lam": 1.0, "use_kl_in_reward": False},
+                "actor_rollout_ref": {"rollout": {"n": 3}},
+            }
+        )
+        trainer.use_critic = True
+        trainer._compute_advantage(meta, metrics={})
+        got = tq.kv_batch_get(keys=keys, partition_id="train", select_fields=["advantages", "returns"])
+    finally:
+        tq.close()
+        ray.shutdown()
+    want = get_strategy("mt_ppo")(episodes, values, CreditConfig())
+    for i, (a, r) in enumerate(
+        zip(response_slices(episodes, want.advantages), response_slices(episodes, want.returns), strict=True)
+    ):
+        np.testing.assert_allclose(got["advantages"][i].numpy(), a, atol=1e-5)
+        np.testing.assert_allclose(got["returns"][i].numpy(), r, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_plugin_registers_estimators_and_trainer_in_every_verl_process():
+    """``VERL_USE_EXTERNAL_MODULES=trainers.integrations.verl_plugin``: a fresh process that imports verl has both."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import verl\n"
+        "from verl.trainer.ppo.core_algos import get_adv_estimator_fn\n"
+        "from verl.trainer.ppo.v1 import get_trainer_cls\n"
+        "print(get_trainer_cls('turnrl_sync').__name__, get_adv_estimator_fn('turnrl_tarl').args[0])\n"
+    )
+    env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": "trainers.integrations.verl_plugin"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-2:] == ["TurnRLTrainer", "tarl"]
