@@ -17,10 +17,27 @@ steps) the NLL fell to a few hundredths, yet greedy SmolLM2 called the tool agai
 between searching and answering is one of ~80 policy tokens of an episode, so a small mean NLL hid a near coin flip
 there. Measured on WikiTwoTurn-v1 (64 x 3 / 4, bf16, one run): NLL 1.52 -> 0.023, then greedy on 48 fresh tasks:
 tool called 0.92, answered 0.98, EM 0.50 (the search-answer oracle ``scripted:reference``: EM 0.73).
+
+Other env families change some defaults (:data:`FAMILY_DEFAULTS`; a flag given wins; WikiTwoTurn keeps the above).
+
+**SearchR1**: ``scripted:oracle`` alone (was 70% oracle / 30% direct). Every facts-v1 question needs a search
+(answered from the question alone: EM 0.07), so a direct demonstration teaches the wrong first move, and it weighs
+more than its share: under the per-sequence token mean, the token that decides between searching and answering
+(``<think> I need ...`` / ``<think> I can ...``) weighs 1/n in an episode of n policy tokens, 23 for a direct
+episode against 55 for a searching one. In the 64 demonstrations of seed 0 (62.5% searching by the draw) the direct
+choice carried 58% of that token's loss weight; greedy SmolLM2 then searched 0.34 times per episode, EM 0.25.
+``max_context`` 4096 leaves room for three searches of up to 500 tokens of passages each. Measured (oracle only, the
+48 steps above, one run, 34 min on a loaded 2-core machine): NLL 2.01 -> 0.004; greedy on 64 test questions
+(``leaderboards.evaluate``, vLLM, seed 0): EM 0.609 [0.500, 0.719] (oracle with its recorded queries 1.0, searching
+the question verbatim 0.78), format 1.0, retrieval 0.828; it searches in turn 1 on 64 of 64. Left: it never takes a
+second hop, 0 of the 13 two-hop questions (39 of 51 one-hop ones right); at turn 2 of a two-hop question it gives
+the search-again token p = 0.02-0.12, as a quarter of the demonstrations search again and each such decision is one
+of ~75 policy tokens.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -33,6 +50,23 @@ import numpy as np
 
 from agentgym_turn.error import InvalidArgument
 from trainers.config import ENV_KWARG_HELP, arg, env_kwargs_by_id, parse_config, to_dict
+
+#: Defaults per env family (the id's name without ``TurnRL/`` and ``-vN``) over :class:`SFTConfig`'s own, which are
+#: WikiTwoTurn's. They apply when every ``--env`` id belongs to the family; a flag given on the command line wins.
+#: Why each differs is in the module docstring.
+FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "SearchR1": {"policy": "scripted:oracle", "max_context": 4096},
+    "Sokoban": {"policy": "scripted:bfs"},
+}
+
+
+def family_defaults(env_ids: Sequence[str]) -> dict[str, Any]:
+    """The :data:`FAMILY_DEFAULTS` of ``env_ids`` when they all belong to one family, else ``{}`` (SFTConfig's).
+
+    ``family_defaults(["TurnRL/Sokoban-v1"])`` -> ``{"policy": "scripted:bfs"}``.
+    """
+    families = {env_id.rpartition("/")[2].rsplit("-v", 1)[0] for env_id in env_ids}
+    return dict(FAMILY_DEFAULTS.get(families.pop(), {})) if len(families) == 1 else {}
 
 
 def parse_policy_mix(spec: str) -> tuple[list[str], list[float]]:
@@ -67,7 +101,10 @@ class SFTConfig:
     env: list[str] = arg(["TurnRL/WikiTwoTurn-v1"], "env ids whose scripted policies play")  # noqa: RUF009
     env_weights: list[float] | None = arg(None, "sampling weight per --env id")  # noqa: RUF009
     env_kwarg: list[str] = arg([], ENV_KWARG_HELP)  # noqa: RUF009
-    policy: str = arg("scripted:reference=0.7,scripted:direct=0.3", "scripted:NAME[=WEIGHT],... mixture to imitate")
+    policy: str = arg(
+        "scripted:reference=0.7,scripted:direct=0.3",
+        "scripted:NAME[=WEIGHT],... mixture to imitate (SearchR1: scripted:oracle, Sokoban: scripted:bfs)",
+    )
     model: str = arg("smollm2", "model to fine-tune: 'smollm2', a Hugging Face id or a folder")
     init: str | None = arg(None, "checkpoint or HF folder to start from instead of --model")
     episodes: int = arg(64, "demonstration episodes (one per task)")
@@ -95,6 +132,16 @@ class SFTConfig:
             raise InvalidArgument(f"--lr={self.lr} must be > 0.")
         if self.eval_tasks < 0:
             raise InvalidArgument(f"--eval-tasks={self.eval_tasks} must be >= 0.")
+
+
+def parse_sft_config(argv: Sequence[str] | None) -> SFTConfig:
+    """The CLI's config: ``--env`` is read first, then every flag not given takes its family's default
+    (:func:`family_defaults`) or SFTConfig's."""
+    peek = argparse.ArgumentParser(add_help=False)
+    peek.add_argument("--env", nargs="+", default=SFTConfig().env)
+    env_ids = peek.parse_known_args(argv)[0].env
+    return parse_config(SFTConfig, argv, prog="python -m trainers.sft", description=__doc__.split("\n\n")[0],
+                        defaults=family_defaults(env_ids))  # fmt: skip
 
 
 def demonstrations(pool: Any, tokenizer: Any, policy_mix: str, episodes: int, seed: int, rcfg: Any) -> list[Any]:
@@ -191,7 +238,7 @@ def main(argv: list[str] | None = None) -> dict:
     from trainers.rl import make_env_pool
     from trainers.rollout import RolloutConfig
 
-    cfg = parse_config(SFTConfig, argv, prog="python -m trainers.sft", description=__doc__.split("\n\n")[0])
+    cfg = parse_sft_config(argv)
     t0 = time.perf_counter()
     seed_everything(cfg.seed, cfg.threads)
     out = Path(cfg.out_dir)

@@ -8,7 +8,7 @@ import pytest
 
 from tests.trainers import toy_env
 from trainers.rl import RLConfig, train
-from trainers.sft import main, parse_policy_mix
+from trainers.sft import FAMILY_DEFAULTS, SFTConfig, main, parse_policy_mix, parse_sft_config
 
 ENV = "tests.trainers.toy_env:" + toy_env.ENV_ID
 
@@ -19,6 +19,29 @@ def test_parse_policy_mix():
     for bad, msg in [("reference", "scripted:NAME"), ("scripted:a=x", "not a number"), ("scripted:a=0", "sum to 0")]:
         with pytest.raises(ValueError, match=msg):
             parse_policy_mix(bad)
+
+
+def test_family_defaults_apply_per_env_family_and_flags_win():
+    assert parse_sft_config(["--env", "TurnRL/SearchR1-v1"]).policy == "scripted:oracle"
+    assert parse_sft_config(["--env", "TurnRL/Sokoban-v1"]).policy == "scripted:bfs"
+    assert parse_sft_config(["--env", "TurnRL/Sokoban-v1", "--policy", "scripted:random"]).policy == "scripted:random"
+    # WikiTwoTurn keeps SFTConfig's own defaults (the ones the RL fold-in reads), and so does a mix of families
+    for argv in ([], ["--env", "TurnRL/WikiTwoTurn-v1"], ["--env", "TurnRL/Sokoban-v1", "TurnRL/SearchR1-v1"]):
+        cfg = parse_sft_config(argv)
+        base = (SFTConfig.policy, 64, 3, 4, 2048)
+        assert (cfg.policy, cfg.episodes, cfg.epochs, cfg.batch_episodes, cfg.max_context) == base
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_DEFAULTS))
+def test_family_default_policies_exist_in_their_envs(family):
+    import gymnasium as gym
+
+    from agentgym_turn.policies import get_scripted_policy
+
+    env = gym.make(f"TurnRL/{family}-v1")
+    for name in parse_policy_mix(FAMILY_DEFAULTS[family]["policy"])[0]:
+        assert callable(get_scripted_policy(env, name))
+    env.close()
 
 
 def test_sft_cli_lowers_the_nll_saves_a_reloadable_policy_and_evaluates(tmp_path, tiny_model_dir):
