@@ -30,8 +30,10 @@ prompt and question, a step's episodes the system prompt); every pass of the upd
 backward, old log-probs, reference, critic) computes those tokens once per pack and each episode's rest on their KV
 (``modeling.pack_shared``), never past the position before an episode's first policy token.
 
-Precision: fp32 weights under bf16 autocast (default), or ``--dtype bfloat16``: bf16 weights with fp32 master
-weights and optimizer state (``modeling.MasterWeights``; checkpoints hold the masters, so a resume is exact). AdamW
+Precision: ``--dtype bfloat16`` (default): bf16 weights with fp32 master weights and optimizer state
+(``modeling.MasterWeights``; checkpoints hold the masters, so a resume is exact), no autocast; measured 1.3x the
+update of fp32 weights under autocast, with log-probs and gradients as close to exact fp32 as autocast's (both run
+the matmuls on bf16-rounded weights). ``--dtype float32``: fp32 weights under bf16 autocast (``--bf16``). AdamW
 is torch's fused kernel (one pass over all tensors; the default for-loop took 5-25 s a step on 135M parameters).
 """
 
@@ -150,9 +152,9 @@ class RLConfig:
     lora_rank: int = arg(0, "LoRA rank (0 = full fine-tuning); needs peft")
     lora_alpha: float = arg(16.0, "LoRA alpha")
     dtype: str = arg(
-        "float32",
-        "weights of the update: float32 (under --bf16 autocast), or bfloat16 weights with fp32 master weights and "
-        "optimizer state (no per-forward casts; autocast off)",
+        "bfloat16",
+        "weights of the update: bfloat16 weights with fp32 master weights and optimizer state (no per-forward casts; "
+        "autocast off), or float32 (under --bf16 autocast)",
         choices=("float32", "bfloat16"),
     )
     bf16: bool = arg(True, "bf16 autocast for generation and, with --dtype float32, the update")
