@@ -402,15 +402,7 @@ class RayEnvPool(EnvPool):
         return remote.remote(list(self.env_ids), dict(self.make_kwargs), dict(self.kwargs_by_id))
 
     def _wait(self, handles: Sequence[Any]) -> list[int]:
-        ray = _ray()
-        try:
-            return ray.get([h.ready.remote() for h in handles], timeout=self.start_timeout)
-        except ray.exceptions.GetTimeoutError as exc:
-            raise ServiceError(
-                f"{len(handles)} env worker(s) with worker_cpus={self.worker_cpus} were not placed within "
-                f"{self.start_timeout:.0f} s; the cluster has {ray.available_resources().get('CPU', 0)} free CPUs. "
-                "Lower --ray-env-workers or worker_cpus, or add nodes."
-            ) from exc
+        return _wait_ready(handles, self.start_timeout, f"{self.worker_cpus}-CPU env")
 
     def new_key(self) -> str:
         return f"e{next(self._keys)}"
@@ -546,6 +538,9 @@ class RayEngine:
     the caller's seed, so one worker samples exactly what the same engine does in-process, and equal prompts on
     different shards do not share random numbers). ``engine``: ``"transformers"`` or ``"vllm"``
     (``make_engine``'s names; ``engine_kwargs`` go to it). ``gpus`` per worker: for vLLM on GPU nodes.
+
+    A generation actor that dies is replaced from the last weights shipped (kept in the object store) and its
+    shard is generated again, with the same seed (``replacements`` counts them; ``max_retries`` in a row per call).
     """
 
     def __init__(
@@ -558,6 +553,7 @@ class RayEngine:
         address: str | None = None,
         worker_cpus: float = 1.0,
         gpus: float = 0.0,
+        max_retries: int = 3,
         start_timeout: float = 600.0,
         **engine_kwargs: Any,
     ) -> None:
@@ -570,29 +566,45 @@ class RayEngine:
             raise InvalidArgument(f"RayEngine workers={workers!r} must be an int >= 1 (--ray-gen-workers).")
         _check_no_lora(model)
         ray = connect(address)
-        remote = ray.remote(num_cpus=worker_cpus, num_gpus=gpus, max_restarts=0)(GenerationWorker)
-        state = ray.put(_cpu_state(model))
-        self.workers = [
-            remote.remote(engine, model.config, state, tokenizer, dict(engine_kwargs)) for _ in range(workers)
-        ]
-        try:
-            ray.get([w.ready.remote() for w in self.workers], timeout=start_timeout)
-        except ray.exceptions.GetTimeoutError as exc:
-            raise ServiceError(
-                f"{workers} generation worker(s) with {worker_cpus} CPU / {gpus} GPU each were not up within "
-                f"{start_timeout:.0f} s; free resources: {ray.available_resources()}."
-            ) from exc
+        self._remote = ray.remote(num_cpus=worker_cpus, num_gpus=gpus, max_restarts=0)(GenerationWorker)
+        self._args = (engine, model.config, tokenizer, dict(engine_kwargs))
+        self._state = ray.put(_cpu_state(model))  # the weights every (re)started actor loads
+        self.max_retries, self.start_timeout = max_retries, start_timeout
+        self.workers = [self._start() for _ in range(workers)]
+        _wait_ready(self.workers, start_timeout, f"{worker_cpus} CPU / {gpus} GPU generation")
+        self.replacements = 0
         self.last_push_seconds: float | None = None
 
-    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig) -> list[Generation]:
+    def _start(self) -> Any:
+        engine, config, tokenizer, kwargs = self._args
+        return self._remote.remote(engine, config, self._state, tokenizer, kwargs)
+
+    def _get(self, k: int, submit: Any, ref: Any) -> Any:
+        """``ray.get(ref)`` of worker ``k``'s call; if the worker died, replace it and ``submit(worker)`` again."""
         ray = _ray()
+        for _ in range(self.max_retries):
+            try:
+                return ray.get(ref)
+            except Exception as exc:
+                if not _is_actor_death(exc):
+                    raise
+                log.warning("generation worker %d died (%s); starting a replacement", k, type(exc).__name__)
+                self.workers[k] = self._start()
+                _wait_ready([self.workers[k]], self.start_timeout, "generation")
+                self.replacements += 1
+                ref = submit(self.workers[k])
+        return ray.get(ref)
+
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig) -> list[Generation]:
         shards = [s for s in np.array_split(np.arange(len(prompts)), len(self.workers)) if len(s)]
-        refs = []
+        calls = []
         for k, idx in enumerate(shards):
             seed = None if sampling.seed is None else sampling.seed + k * _SHARD_SEED_STRIDE
-            shard_sampling = SamplingConfig(sampling.max_new_tokens, sampling.temperature, sampling.top_p, seed)
-            refs.append(self.workers[k].generate.remote([list(prompts[i]) for i in idx], shard_sampling))
-        return [g for gens in ray.get(refs) for g in gens]
+            shard = ([list(prompts[i]) for i in idx], SamplingConfig(sampling.max_new_tokens, sampling.temperature,
+                                                                     sampling.top_p, seed))  # fmt: skip
+            submit = lambda worker, shard=shard: worker.generate.remote(*shard)  # noqa: E731
+            calls.append((k, submit, submit(self.workers[k])))
+        return [g for k, submit, ref in calls for g in self._get(k, submit, ref)]
 
     def update_weights(self, model: Any) -> None:
         """Ship ``model``'s weights to every generation actor (one object-store copy) and push them into its
@@ -600,15 +612,33 @@ class RayEngine:
         _check_no_lora(model)
         ray = _ray()
         t0 = time.perf_counter()
-        state = ray.put(_cpu_state(model))
-        ray.get([w.update_weights.remote(state) for w in self.workers])
+        self._state = ray.put(_cpu_state(model))
+        submit = lambda worker: worker.update_weights.remote(self._state)  # noqa: E731
+        for k, ref in [(k, submit(w)) for k, w in enumerate(self.workers)]:
+            self._get(k, submit, ref)
         self.last_push_seconds = time.perf_counter() - t0
+
+    def pids(self) -> list[int]:
+        """The process id of every generation actor."""
+        return _wait_ready(self.workers, self.start_timeout, "generation")
 
     def close(self) -> None:
         ray = _ray()
         for w in self.workers:
             ray.kill(w, no_restart=True)
         self.workers = []
+
+
+def _wait_ready(handles: Sequence[Any], timeout: float, what: str) -> list[int]:
+    """Wait until every actor of ``handles`` is up; their process ids. A clear error when Ray cannot place them."""
+    ray = _ray()
+    try:
+        return ray.get([h.ready.remote() for h in handles], timeout=timeout)
+    except ray.exceptions.GetTimeoutError as exc:
+        raise ServiceError(
+            f"{len(handles)} {what} worker(s) were not placed within {timeout:.0f} s; the cluster has "
+            f"{ray.available_resources()} free. Ask for fewer workers or resources per worker, or add nodes."
+        ) from exc
 
 
 def _check_no_lora(model: Any) -> None:

@@ -24,6 +24,7 @@ from trainers.ray_rollout import RayEngine, RayEnvPool, RemoteEnv, ReplayMismatc
 TOY = f"tests.trainers.toy_env:{toy_env.ENV_ID}"  # the module-prefixed id makes Ray workers import the test env
 NOISY = "tests.trainers.test_ray_rollout:TurnRLTest/NoisyArith-v0"
 CFG = RolloutConfig(max_new_tokens=64, max_context=1024, max_turns=4)
+MEMORY_MONITOR = "RAY_memory_monitor_refresh_ms"  # Ray's own (lower-case) config variable; 0 = off
 
 
 class NoisyArithEnv(toy_env.ArithEnv):
@@ -42,8 +43,17 @@ if "TurnRLTest/NoisyArith-v0" not in gym.registry:
 
 @pytest.fixture(scope="module")
 def cluster():
-    """One small local Ray cluster for the whole module (2 CPUs, no dashboard)."""
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # not a cluster of this node
+    """One small local Ray cluster for the whole module (2 CPUs, no dashboard). Ray's memory monitor is off: on a
+    machine shared with other jobs it kills this cluster's newest worker whenever the node passes 95% memory use."""
+    saved = os.environ.get(MEMORY_MONITOR)
+    os.environ[MEMORY_MONITOR] = "0"  # read by the raylet that ray.init starts
+    try:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # a new cluster
+    finally:
+        if saved is None:
+            os.environ.pop(MEMORY_MONITOR)
+        else:
+            os.environ[MEMORY_MONITOR] = saved
     yield ray
     ray.shutdown()
 
@@ -174,7 +184,7 @@ def test_unreachable_address_fails_fast_with_the_fix():
     assert "ray start --head --port 1" in out.stderr
 
 
-def test_generation_actor_samples_like_the_local_engine_and_follows_pushed_weights(cluster, tokenizer):
+def test_generation_actor_samples_like_the_local_engine_follows_pushed_weights_and_is_replaced(cluster, tokenizer):
     from tests.trainers.conftest import tiny_llama
 
     torch = pytest.importorskip("torch")
@@ -188,16 +198,21 @@ def test_generation_actor_samples_like_the_local_engine_and_follows_pushed_weigh
         engine = TransformersEngine(model, stops, pad_token_id=tokenizer.pad_token_id)
         return engine.generate(prompts, sampling)
 
+    def same(got, want):
+        assert [g.token_ids for g in got] == [g.token_ids for g in want]
+        assert [g.finished for g in got] == [g.finished for g in want]
+        np.testing.assert_allclose([g.logprobs for g in got], [g.logprobs for g in want], atol=1e-5)
+
     engine = RayEngine("transformers", first, tokenizer, workers=1, worker_cpus=0.5)
     try:
-        for model in (first, second):
-            if model is second:
-                engine.update_weights(second)
-                assert engine.last_push_seconds is not None
-            got, want = engine.generate(prompts, sampling), local(model)
-            assert [g.token_ids for g in got] == [g.token_ids for g in want]
-            assert [g.finished for g in got] == [g.finished for g in want]
-            np.testing.assert_allclose([g.logprobs for g in got], [g.logprobs for g in want], atol=1e-5)
+        same(engine.generate(prompts, sampling), local(first))
+        os.kill(engine.pids()[0], signal.SIGKILL)  # dies before the push: its replacement starts from the new weights
+        engine.update_weights(second)
+        assert engine.last_push_seconds is not None and engine.replacements == 1
+        same(engine.generate(prompts, sampling), local(second))
+        os.kill(engine.pids()[0], signal.SIGKILL)  # dies before a batch: replaced, the batch sampled again
+        same(engine.generate(prompts, sampling), local(second))
+        assert engine.replacements == 2
         assert [g.token_ids for g in local(first)] != [g.token_ids for g in local(second)]
     finally:
         engine.close()
