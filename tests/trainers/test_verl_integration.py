@@ -253,14 +253,14 @@ def build_agent_loop(base_url: str, tokenizer, *, max_tokens_per_turn: int, resp
                 "rollout": {
                     "prompt_length": 1024,
                     "response_length": response_length,
-                    "multi_turn": {"max_assistant_turns": None, "max_tokens_per_turn": max_tokens_per_turn},
+                    "multi_turn": {"max_assistant_turns": None},
                 }
             },
             "data": {},
         }
     )
     return hydra.utils.instantiate(
-        config=_agent_loop_registry[val.AGENT_NAME],
+        config={**_agent_loop_registry[val.AGENT_NAME], "max_tokens_per_turn": max_tokens_per_turn},
         trainer_config=DictConfigWrap(config=config),
         server_manager=val.CompletionsClient(base_url, "smollm2", stop_token_ids(tokenizer)),
         tokenizer=tokenizer,
@@ -275,15 +275,18 @@ def build_agent_loop(base_url: str, tokenizer, *, max_tokens_per_turn: int, resp
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
 
 
-def run_rows(agent, rows: list[dict]) -> list:
-    """verl's worker awaits one ``run`` per row concurrently; so do we."""
+def run_rows_raw(agent, rows: list[dict]) -> list:
+    """verl's worker awaits one ``run(sampling_params, **row)`` per row concurrently; so do we."""
 
     async def play_all():
-        return await asyncio.gather(
-            *[agent.run(dict(SAMPLING), raw_prompt=[], extra_info=row, index=i) for i, row in enumerate(rows)]
-        )
+        return await asyncio.gather(*[agent.run(dict(SAMPLING), **row) for row in rows])
 
     return asyncio.run(play_all())
+
+
+def run_rows(agent, infos: list[dict]) -> list:
+    """Rows that carry only ``extra_info`` (and verl's ``raw_prompt`` / ``index``)."""
+    return run_rows_raw(agent, [{"raw_prompt": [], "extra_info": info, "index": i} for i, info in enumerate(infos)])
 
 
 def check_output(out, tokenizer) -> None:
@@ -486,3 +489,31 @@ def test_plugin_registers_estimators_and_trainer_in_every_verl_process():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-2:] == ["TurnRLTrainer", "tarl"]
+
+
+def test_example_dataset_rows_reach_the_agent_loop_through_verls_dataset(tmp_path, text_policy_server, tokenizer):
+    """examples/verl/make_dataset.py -> verl's RLHFDataset -> TurnRLAgentLoop.run(**row): the episode of the row."""
+    import importlib.util
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "verl" / "make_dataset.py"
+    spec = importlib.util.spec_from_file_location("make_dataset", path)
+    make_dataset = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_dataset)
+    make_dataset.main(["--env", "TurnRL/WikiTwoTurn-v1", "--out", str(tmp_path), "--train", "2", "--val", "1"])
+    data_config = OmegaConf.create(
+        {"max_prompt_length": 1024, "filter_overlong_prompts_workers": 1, "cache_dir": str(tmp_path)}
+    )
+    dataset = RLHFDataset(str(tmp_path / "train.parquet"), tokenizer, data_config)
+    assert len(dataset) == 2
+    row = dataset[1]
+    assert row["agent_name"] == "turnrl_agent" and row["index"] == 1
+    agent = build_agent_loop(text_policy_server, tokenizer, max_tokens_per_turn=96)
+    [out] = run_rows_raw(agent, [row])
+    check_output(out, tokenizer)
+    from trainers.rollout import encode, render
+
+    assert out.prompt_ids == encode(tokenizer, render(tokenizer, list(row["raw_prompt"]), generation_prompt=True))

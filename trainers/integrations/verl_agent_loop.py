@@ -18,17 +18,18 @@ of one played by ``trainers.rollout.collect``; only the generator differs. It ha
   their levels, see :mod:`trainers.integrations.verl_turnrl`) and ``turnrl_metrics`` (the env's episode metrics).
 
 A dataset row names its episode in ``extra_info``: ``{"env_id": "TurnRL/WikiTwoTurn-v1", "task": {...},
-"seed": 3, "env_kwargs": {...}}`` (``task`` optional: the env draws one from ``seed``); ``raw_prompt`` (verl
-requires it) is kept for logging only, the prompt is what the env's ``reset`` says. ``examples/verl/`` builds such
-datasets. Register the loop with verl's agent-loop config file (``examples/verl/agent_loop.yaml``)::
+"seed": 3, "env_kwargs": {...}}`` (``task`` optional: the env draws one from ``seed``; ``task`` and ``env_kwargs``
+may be JSON text); ``raw_prompt`` (verl requires it) is kept for logging only, the prompt is what the env's
+``reset`` says. ``examples/verl/make_dataset.py`` builds such datasets. Register the loop with verl's agent-loop
+config file (``examples/verl/agent_loop.yaml``)::
 
     - name: turnrl_agent
       _target_: trainers.integrations.verl_agent_loop.TurnRLAgentLoop
 
-Turn limits: ``actor_rollout_ref.rollout.multi_turn.max_assistant_turns`` (default: the env's own budget, at most
-:data:`DEFAULT_MAX_TURNS`) and ``max_tokens_per_turn`` (``max_new_tokens`` of one turn, default
-``response_length``); the whole response stays within ``rollout.response_length`` (an episode that would exceed it
-is cut, ``truncated``).
+Turn limits, as keys of that config entry: ``max_turns`` (default ``rollout.multi_turn.max_assistant_turns``,
+else the env's own budget, else :data:`DEFAULT_MAX_TURNS`) and ``max_tokens_per_turn`` (one turn's
+``max_new_tokens``, default ``rollout.response_length``). The whole response stays within
+``rollout.response_length`` (an episode that would exceed it is cut, ``truncated``).
 
 :class:`CompletionsClient` is a ``server_manager`` for an OpenAI-compatible ``/v1/completions`` server that takes
 token ids (vLLM's ``vllm serve``, or any server behind :class:`~trainers.engines.OpenAIEngine`), for running the
@@ -38,6 +39,7 @@ loop outside verl's own server fleet (evaluation, tests).
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -94,8 +96,10 @@ def episode_spec(extra_info: Any, index: Any) -> tuple[str, dict | None, int, di
             "'TurnRL/WikiTwoTurn-v1', 'task': {...}, 'seed': N}} (examples/verl/make_dataset.py writes them)."
         )
     seed = info.get("seed", index if index is not None else 0)
-    task = info.get("task")
-    return env_id, (dict(task) if task else None), int(seed), dict(info.get("env_kwargs") or {})
+    task, env_kwargs = info.get("task"), info.get("env_kwargs")
+    task = json.loads(task) if isinstance(task, str) else task  # parquet rows carry them as JSON text
+    env_kwargs = json.loads(env_kwargs) if isinstance(env_kwargs, str) else env_kwargs
+    return env_id, (dict(task) if task else None), int(seed), dict(env_kwargs or {})
 
 
 @register(AGENT_NAME)
@@ -105,13 +109,22 @@ class TurnRLAgentLoop(AgentLoopBase):
     _free_envs: ClassVar[dict[tuple[str, str], list[gym.Env]]] = {}
     _envs_lock: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, max_tokens_per_turn: int | None = None, max_turns: int | None = None, **kwargs: Any
+    ) -> None:
+        """verl's arguments, plus two the agent-loop config file may set: ``max_tokens_per_turn`` (one turn's
+        ``max_new_tokens``, default ``rollout.response_length``) and ``max_turns`` (default
+        ``rollout.multi_turn.max_assistant_turns``, else the env's own budget)."""
         super().__init__(*args, **kwargs)
-        multi_turn = self.rollout_config.get("multi_turn", {}) or {}
-        self.max_turns: int | None = multi_turn.get("max_assistant_turns")
+        multi_turn = self.rollout_config.get("multi_turn", None) or {}
+        self.max_turns: int | None = max_turns or multi_turn.get("max_assistant_turns", None)
         self.response_length = int(self.rollout_config.response_length)
         self.prompt_length = int(self.rollout_config.prompt_length)
-        self.max_new_tokens = int(multi_turn.get("max_tokens_per_turn") or self.response_length)
+        self.max_new_tokens = int(max_tokens_per_turn or self.response_length)
+        if self.max_new_tokens < 1 or (self.max_turns is not None and self.max_turns < 1):
+            raise InvalidArgument(
+                f"max_tokens_per_turn={max_tokens_per_turn} and max_turns={self.max_turns} must be >= 1 (or null)."
+            )
         self.stop_ids = stop_token_ids(self.tokenizer)
 
     # ------------------------------------------------------------------------------------------------ envs
