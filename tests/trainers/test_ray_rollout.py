@@ -14,6 +14,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from agentgym_turn.error import InvalidArgument
 from tests.trainers import toy_env
 from trainers.engines import SamplingConfig, TransformersEngine, stop_token_ids
 from trainers.rollout import EnvPool, RolloutConfig, collect, scripted_actor
@@ -96,6 +97,9 @@ def test_episodes_from_env_workers_equal_in_process(cluster, tokenizer):
         assert all(isinstance(e, RemoteEnv) for e in envs)
         assert {e.worker for e in envs} == {0, 1}  # spread over both workers
         assert len(set(pool.pids())) == 2 and os.getpid() not in pool.pids()
+        with pytest.raises(InvalidArgument, match="unknown keys"):  # the env's own error, through Ray, not a retry
+            envs[0].reset(seed=0, options={"bogus": 1})
+        assert pool.replacements == 0
     finally:
         pool.close()
 
@@ -160,8 +164,6 @@ def test_an_env_that_replays_differently_raises(cluster, tokenizer):
 
 
 def test_bad_arguments_raise_clear_errors(cluster):
-    from agentgym_turn.error import InvalidArgument
-
     with pytest.raises(InvalidArgument, match="workers=0 must be an int >= 1"):
         RayEnvPool([TOY], workers=0)
     with pytest.raises(InvalidArgument, match="needs at least one env id"):
