@@ -1,16 +1,25 @@
 """SkyRL integration: TurnRL ids as skyrl_gym envs, and TurnRL strategies called the way SkyRL calls an estimator.
 
-The env half needs ``skyrl-gym`` (the ``[skyrl]`` extra). SkyRL's trainer (``skyrl`` 0.3, which holds its
-advantage-estimator registry) imports only on Python 3.12+ with a CUDA build of torch, so the registry test skips
-where it cannot import; the estimators themselves are plain functions and are checked here with SkyRL's keywords.
+The env half needs ``skyrl-gym`` (the ``[skyrl]`` extra). Three tests run SkyRL's trainer package itself (``skyrl``
+0.3: its advantage-estimator registry, its ``RayPPOTrainer`` with the TurnRL hook, its ``SkyRLGymGenerator``);
+``scripts/setup.sh`` installs it without its CUDA torch / vLLM pins, on Python 3.11 through
+:mod:`trainers.integrations.skyrl_compat`, and they skip, saying how to install it, where it does not import. The
+estimators themselves are plain functions and are checked here with SkyRL's keywords.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import doctest
+import functools
 import importlib
+import importlib.util
 import json
+import marshal
+import os
+import subprocess
+import sys
 import types
 
 import gymnasium as gym
@@ -25,7 +34,9 @@ from tests.envs.tau.conftest import fake_openai  # noqa: F401  (the local judge 
 from tests.trainers.test_credit import make_episode
 from tests.trainers.test_tarl_end_to_end import judge_reply
 from trainers.credit import CreditConfig, get_strategy, needs_critic, tarl_score
+from trainers.integrations import skyrl_compat
 from trainers.integrations.skyrl_credit import (
+    _PIP_CPU,
     HOOK_ATTR,
     RECORD_KEY,
     SUPPORTED,
@@ -235,6 +246,70 @@ def test_estimator_refuses_what_it_cannot_compute():
     with pytest.raises(InvalidArgument, match="Did you mean"):
         strategy_of("turnrl_mt_grop")
     assert strategy_of("turnrl_tarl") == "tarl" and set(SUPPORTED) | set(UNSUPPORTED) >= {"mt_grpo", "mt_ppo", "tarl"}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# SkyRL's trainer package on Python 3.11 (trainers.integrations.skyrl_compat)
+# --------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("source", "want"),
+    [
+        ("from typing import TypedDict", "from typing_extensions import TypedDict"),
+        (
+            "from typing import Any, TypedDict as TD, Literal",
+            "from typing import Any, Literal\nfrom typing_extensions import TypedDict as TD",
+        ),
+        ("from typing import Any", "from typing import Any"),
+        (
+            "import typing\nclass A(typing.TypedDict):\n    x: int",
+            "import typing\n\nclass A(typing.TypedDict):\n    x: int",
+        ),
+        ("from .typing import TypedDict", "from .typing import TypedDict"),
+        ("def f():\n    from typing import TypedDict", "def f():\n    from typing_extensions import TypedDict"),
+    ],
+)
+def test_compat_rewrite_moves_only_typings_typeddict(source, want):
+    assert ast.unparse(skyrl_compat.typeddict_from_typing_extensions(ast.parse(source))) == want
+
+
+def test_compat_module_docstring_example_runs():
+    result = doctest.testmod(skyrl_compat)
+    assert result.attempted > 0 and result.failed == 0
+
+
+def test_compat_makes_skyrls_pydantic_models_import_without_changing_the_install():
+    """On Python < 3.12, skyrl.tinker.types fails to import as installed, and imports through the finder with
+    typing_extensions' TypedDict, whose pydantic model validates; the installed bytecode cache keeps the original code.
+    On 3.12+ the finder is not installed and skyrl imports as it is."""
+    if importlib.util.find_spec("skyrl") is None:
+        pytest.skip(f"skyrl is not installed; {_PIP_CPU}")
+    plain = "import skyrl.tinker.types"
+    shim = "from trainers.integrations import skyrl_compat; assert skyrl_compat.install() == skyrl_compat.needed(); "
+    check = (
+        "import typing_extensions, skyrl.tinker.types as t, sys; "
+        "assert (t.TypedDict is typing_extensions.TypedDict) == (sys.version_info < (3, 12)); "
+        "kw = {'pixel_values': None, 'image_grid_thw': None}; "
+        "assert t.RenderedModelInput(prompt_ids=[1], multi_modal_kwargs=kw).multi_modal_kwargs == kw; "
+        "print(t.__spec__.loader.get_filename('skyrl.tinker.types'))"
+    )
+    run = functools.partial(subprocess.run, capture_output=True, text=True, timeout=120)
+    bare = run([sys.executable, "-c", plain])
+    if skyrl_compat.needed():
+        assert bare.returncode != 0 and "typing_extensions.TypedDict" in bare.stderr, bare.stderr[-2000:]
+    else:
+        assert bare.returncode == 0, bare.stderr[-2000:]
+    fixed = run([sys.executable, "-c", shim + check])
+    assert fixed.returncode == 0, fixed.stderr[-2000:]
+    path = fixed.stdout.strip()
+    cached = importlib.util.cache_from_source(path)
+    if os.path.exists(cached):  # written by the plain import, never by the finder
+        with open(cached, "rb") as f:
+            code = marshal.loads(f.read()[16:])
+        assert "typing_extensions" not in code.co_names and "typing_extensions" not in code.co_consts
+    assert skyrl_compat.install() == skyrl_compat.needed() and skyrl_compat.install() == skyrl_compat.needed()
+    assert sum(type(f).__name__ == "_Finder" for f in sys.meta_path) == int(skyrl_compat.needed())  # idempotent
 
 
 def test_registers_with_skyrls_advantage_estimator_registry():

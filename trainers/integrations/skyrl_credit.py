@@ -47,7 +47,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -86,6 +85,11 @@ _SKYRL_KNOBS = {
     "scale_by_std": "trainer.algorithm.grpo_norm_by_std",
 }
 _PIP = '`pip install "agentgym-turn[skyrl]"` and, for the trainer, `pip install "skyrl[fsdp]==0.3.0"` (Python 3.12)'
+#: the CPU install the tests use (scripts/setup.sh): skyrl without its CUDA torch / vLLM pins, plus what it imports
+_PIP_CPU = (
+    '`pip install "agentgym-turn[skyrl]" ray omegaconf torchdata jaxtyping` then `pip install --no-deps skyrl==0.3.0` '
+    "(Python 3.11 works through trainers.integrations.skyrl_compat)"
+)
 
 
 @dataclass(frozen=True)
@@ -409,9 +413,15 @@ def make_estimator(strategy: str, cfg: CreditConfig | None = None) -> functools.
 
 
 def _skyrl_module(name: str) -> Any:
-    """Import ``skyrl.<name>`` (skyrl >= 0.3) or the older ``skyrl_train`` layout; a clear error when neither works."""
+    """Import ``skyrl.<name>`` (skyrl >= 0.3) or the older ``skyrl_train`` layout; a clear error when neither works.
+
+    On Python < 3.12 :func:`trainers.integrations.skyrl_compat.install` first lets skyrl's pydantic models import.
+    """
     import importlib
 
+    from trainers.integrations import skyrl_compat
+
+    skyrl_compat.install()
     new, old = {
         "ppo_utils": ("skyrl.backends.skyrl_train.utils.ppo_utils", "skyrl_train.utils.ppo_utils"),
         "trainer": ("skyrl.train.trainer", "skyrl_train.trainer"),
@@ -420,13 +430,11 @@ def _skyrl_module(name: str) -> Any:
     for module in (new, old):
         try:
             return importlib.import_module(module)
-        except Exception as exc:  # ImportError, or skyrl's pydantic models failing on Python < 3.12
+        except Exception as exc:  # ImportError, or an error raised while skyrl imports
             errors.append(f"{module}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-    py = ".".join(map(str, sys.version_info[:3]))
     raise DependencyNotInstalled(
-        f"SkyRL's trainer is not importable here ({'; '.join(errors)}). It is skyrl 0.3 (which holds skyrl-train) or "
-        f"the older skyrl-train; both need Python 3.12 (on 3.11 skyrl's pydantic models fail to import; this is "
-        f"Python {py}) and pin their own torch and vLLM, so install them in an env of their own: {_PIP}."
+        f"SkyRL's trainer is not importable here ({'; '.join(errors)}). It is skyrl 0.3 (which holds skyrl-train): "
+        f"for training, {_PIP}; to run it on this env's CPU torch (as the tests do), {_PIP_CPU}."
     )
 
 
