@@ -309,6 +309,7 @@ def check_output(out, tokenizer) -> None:
     row = out.as_dict()  # the v1 trainer's row: rm_scores carries the per-turn rewards
     assert torch.equal(row["rm_scores"], torch.tensor(out.token_rewards, dtype=torch.float32))
     assert row["response_mask"].tolist() == out.response_mask and "token_rewards" not in row
+    assert out.metrics.generate_sequences > 0 and out.metrics.tool_calls > 0
 
 
 @pytest.mark.slow

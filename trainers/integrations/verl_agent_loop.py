@@ -41,7 +41,9 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 from uuid import uuid4
 
@@ -70,6 +72,8 @@ from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 AGENT_NAME = "turnrl_agent"
 #: turn budget when neither the env nor the config gives one
 DEFAULT_MAX_TURNS = 8
+#: episodes one agent-loop worker plays at once (each waits in a thread while the server generates)
+EPISODE_THREADS = 256
 
 
 class TurnRLAgentLoopOutput(AgentLoopOutput):
@@ -108,6 +112,7 @@ class TurnRLAgentLoop(AgentLoopBase):
 
     _free_envs: ClassVar[dict[tuple[str, str], list[gym.Env]]] = {}
     _envs_lock: ClassVar[threading.Lock] = threading.Lock()
+    _threads: ClassVar[ThreadPoolExecutor | None] = None
 
     def __init__(
         self, *args: Any, max_tokens_per_turn: int | None = None, max_turns: int | None = None, **kwargs: Any
@@ -140,22 +145,36 @@ class TurnRLAgentLoop(AgentLoopBase):
         with self._envs_lock:
             self._free_envs.setdefault((env_id, repr(sorted(env_kwargs.items()))), []).append(env)
 
+    @classmethod
+    def _pool(cls) -> ThreadPoolExecutor:
+        """The worker's threads for env steps and chat-template work (the event loop only awaits the server)."""
+        with cls._envs_lock:
+            if cls._threads is None:
+                cls._threads = ThreadPoolExecutor(max_workers=EPISODE_THREADS, thread_name_prefix="turnrl-episode")
+            return cls._threads
+
     # ------------------------------------------------------------------------------------------------ generation
-    async def _generate(self, prompt_ids: Sequence[int], budget: int, sampling_params: dict, request_id: str) -> Any:
+    async def _generate(
+        self, prompt_ids: Sequence[int], budget: int, sampling_params: dict, request_id: str, timing: dict
+    ) -> Generation:
         params = {**sampling_params, "max_tokens": int(budget), "stop_token_ids": list(self.stop_ids)}
+        start = time.perf_counter()
         out: TokenOutput = await self.server_manager.generate(
             request_id=request_id, prompt_ids=list(prompt_ids), sampling_params=params
         )
+        timing["generate_sequences"] += time.perf_counter() - start
         ids = [int(t) for t in out.token_ids][:budget]
         logprobs = [float(x) for x in (out.log_probs or [0.0] * len(ids))][: len(ids)]
         return Generation(ids, logprobs, finished=bool(ids) and ids[-1] in self.stop_ids)
 
-    def _actor(self, loop: asyncio.AbstractEventLoop, sampling_params: dict, request_id: str) -> Any:
+    def _actor(self, loop: asyncio.AbstractEventLoop, sampling_params: dict, request_id: str, timing: dict) -> Any:
         """A :data:`trainers.rollout.Actor` that runs in a worker thread and awaits the server on ``loop``."""
 
         def act(slots: list[Slot], budgets: list[int]) -> list[Generation]:
             futures = [
-                asyncio.run_coroutine_threadsafe(self._generate(s.token_ids, b, sampling_params, request_id), loop)
+                asyncio.run_coroutine_threadsafe(
+                    self._generate(s.token_ids, b, sampling_params, request_id, timing), loop
+                )
                 for s, b in zip(slots, budgets, strict=True)
             ]
             return [f.result() for f in futures]
@@ -165,10 +184,11 @@ class TurnRLAgentLoop(AgentLoopBase):
     # ------------------------------------------------------------------------------------------------ run
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         env_id, task, seed, env_kwargs = episode_spec(kwargs.get("extra_info"), kwargs.get("index"))
-        loop = asyncio.get_running_loop()
-        env = await loop.run_in_executor(None, self._take_env, env_id, env_kwargs)
+        loop, threads = asyncio.get_running_loop(), self._pool()
+        start, timing = time.perf_counter(), {"generate_sequences": 0.0}
+        env = await loop.run_in_executor(threads, self._take_env, env_id, env_kwargs)
         try:
-            slot, _ = await loop.run_in_executor(None, start_slot, env, env_id, 0, self.tokenizer, seed, task)
+            slot, _ = await loop.run_in_executor(threads, start_slot, env, env_id, 0, self.tokenizer, seed, task)
             prompt_len = len(slot.token_ids)
             if prompt_len > self.prompt_length:
                 raise InvalidArgument(
@@ -181,14 +201,18 @@ class TurnRLAgentLoop(AgentLoopBase):
                 max_context=prompt_len + self.response_length,
                 max_turns=int(self.max_turns or env_turns or DEFAULT_MAX_TURNS),
             )
-            actor = self._actor(loop, sampling_params, uuid4().hex)
-            [done] = await loop.run_in_executor(None, play, [slot], actor, self.tokenizer, self.stop_ids, cfg)
+            actor = self._actor(loop, sampling_params, uuid4().hex, timing)
+            [done] = await loop.run_in_executor(threads, play, [slot], actor, self.tokenizer, self.stop_ids, cfg)
             episode = done.to_episode(tree=False)
         finally:
             self._give_back(env_id, env_kwargs, env)
-        return self.output_of(episode, prompt_len, len(done.messages), bool(sampling_params.get("logprobs")))
+        # verl's timing keys: the server's time, and the rest (env steps, chat template) as its "tool_calls"
+        timing["tool_calls"] = time.perf_counter() - start - timing["generate_sequences"]
+        return self.output_of(episode, prompt_len, len(done.messages), bool(sampling_params.get("logprobs")), timing)
 
-    def output_of(self, episode: Any, prompt_len: int, num_messages: int, logprobs: bool) -> TurnRLAgentLoopOutput:
+    def output_of(
+        self, episode: Any, prompt_len: int, num_messages: int, logprobs: bool, timing: dict[str, float]
+    ) -> TurnRLAgentLoopOutput:
         """verl's output for a played episode whose first ``prompt_len`` tokens are the prompt."""
         if response_start(episode) != prompt_len:
             raise InvalidArgument("the episode's first policy token does not follow its prompt (internal error).")
@@ -202,7 +226,7 @@ class TurnRLAgentLoop(AgentLoopBase):
             reward_score=episode.total_reward,
             token_rewards=rewards.tolist(),
             num_turns=num_messages,
-            metrics={},
+            metrics=timing,
             extra_fields={
                 "turn_scores": list(record.step_rewards),
                 "tool_rewards": [],

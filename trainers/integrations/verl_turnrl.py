@@ -25,8 +25,11 @@ verl also keeps the critic's ``values`` from every estimator but its own ``gae``
 
 verl's trainer passes neither to an estimator, so :func:`turnrl_trainer_class` registers a v1 trainer
 (``trainer.v1.trainer_mode=turnrl_sync``) whose ``_compute_advantage`` reads both for the batch and lends them to
-the estimator for the duration of verl's own call (:func:`lend`). Direct callers pass ``records=`` and ``values=``.
-Without records the estimators raise: a number computed from what is left would be silently wrong.
+the estimator for the duration of verl's own call (:func:`lend`). verl's registries are per process, so
+:mod:`trainers.integrations.verl_plugin` (``VERL_USE_EXTERNAL_MODULES``) fills them in each of its processes.
+A ``DataProto`` in the older (deprecated) trainer's layout goes through :func:`compute_turnrl_advantage`; direct
+callers pass ``records=`` and ``values=``. Without records the estimators raise: a number computed from what is
+left would be silently wrong.
 
 Checks that catch a misaligned batch: each row's runs of policy tokens must number the record's turns, and the
 rewards inside each turn's span must sum to that step's reward (so ``algorithm.use_kl_in_reward`` is refused: use
