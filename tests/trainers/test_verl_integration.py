@@ -518,3 +518,41 @@ def test_example_dataset_rows_reach_the_agent_loop_through_verls_dataset(tmp_pat
     from trainers.rollout import encode, render
 
     assert out.prompt_ids == encode(tokenizer, render(tokenizer, list(row["raw_prompt"]), generation_prompt=True))
+
+
+def test_rows_through_verls_own_batching_keep_records_but_its_last_token_score_is_refused(
+    text_policy_server, tokenizer
+):
+    """verl's AgentLoopWorker pads and batches the loop's outputs into a DataProto (``_agent_loop_postprocess`` +
+    ``_postprocess``, the older trainer's path): the records survive in ``non_tensor_batch``, but its ``rm_scores``
+    hold one score on the last token, which the estimators refuse; the per-turn layout (the v1 row's) is accepted
+    and gives trainers.credit's numbers."""
+    from omegaconf import OmegaConf
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+
+    agent = build_agent_loop(text_policy_server, tokenizer, max_tokens_per_turn=96, response_length=512)
+    outputs = run_rows(agent, [{"env_id": "TurnRL/WikiTwoTurn-v1", "seed": s} for s in (5, 6, 7)])
+    worker = AgentLoopWorker.__new__(AgentLoopWorker)  # what its postprocessing reads, without Ray or a model
+    worker.rollout_config = OmegaConf.create({"prompt_length": 1024, "response_length": 512})
+    worker.tokenizer, worker.processor, worker.reward_loop_worker_handles = tokenizer, None, None
+    worker.distillation_enabled, worker.mm_processor_kwargs = False, {}
+
+    async def postprocess():
+        return [await worker._agent_loop_postprocess(o, False, raw_prompt=[]) for o in outputs]
+
+    data = worker._postprocess(asyncio.run(postprocess()), input_non_tensor_batch={"uid": np.array(["q"] * 3)})
+    assert data.batch["rm_scores"].shape == (3, 512) and vt.RECORD_KEY in data.non_tensor_batch
+    assert any(len(o.extra_fields[vt.RECORD_KEY]["turn_rewards"]) == 2 for o in outputs)
+    vt.register_verl_estimators(["mt_grpo"])
+    data.batch["token_level_rewards"] = data.batch["rm_scores"]  # what the older trainer does
+    with pytest.raises(InvalidArgument, match="use_v1"):
+        vt.compute_turnrl_advantage(data, "turnrl_mt_grpo", config={})
+    data.batch["token_level_rewards"] = torch.stack(
+        [torch.nn.functional.pad(o.as_dict()["rm_scores"], (0, 512 - len(o.token_rewards))) for o in outputs]
+    )
+    data = vt.compute_turnrl_advantage(data, "turnrl_mt_grpo", config={})
+    records = [vt.TurnRecord.from_metrics(o.extra_fields[vt.RECORD_KEY]) for o in outputs]
+    rebuilt = vt.episodes_from_verl(data.batch["token_level_rewards"], data.batch["response_mask"], ["q"] * 3, records)
+    want = get_strategy("mt_grpo")(rebuilt, None, CreditConfig())
+    for i, a in enumerate(want.advantages):
+        np.testing.assert_allclose(data.batch["advantages"][i, : len(a)].numpy(), a, atol=1e-6)

@@ -27,13 +27,14 @@ verl's trainer passes neither to an estimator, so :func:`turnrl_trainer_class` r
 (``trainer.v1.trainer_mode=turnrl_sync``) whose ``_compute_advantage`` reads both for the batch and lends them to
 the estimator for the duration of verl's own call (:func:`lend`). verl's registries are per process, so
 :mod:`trainers.integrations.verl_plugin` (``VERL_USE_EXTERNAL_MODULES``) fills them in each of its processes.
-A ``DataProto`` in the older (deprecated) trainer's layout goes through :func:`compute_turnrl_advantage`; direct
+A ``DataProto`` with records in ``non_tensor_batch`` goes through :func:`compute_turnrl_advantage`; direct
 callers pass ``records=`` and ``values=``. Without records the estimators raise: a number computed from what is
-left would be silently wrong.
+left would be silently wrong. verl's older trainer (``trainer.use_v1=false``, deprecated) is not supported: it
+rebuilds ``rm_scores`` as one score on the last token, which the check below refuses.
 
-Checks that catch a misaligned batch: each row's runs of policy tokens must number the record's turns, and the
-rewards inside each turn's span must sum to that step's reward (so ``algorithm.use_kl_in_reward`` is refused: use
-``actor.use_kl_loss``).
+Checks that catch a misaligned batch: each row's runs of policy tokens must number the record's turns, and its
+token rewards must be exactly the record's turn rewards on those turns' last tokens (so
+``algorithm.use_kl_in_reward`` is refused: use ``actor.use_kl_loss``).
 
 Worked example (one WikiTwoTurn row, response of 7 tokens then padding; A = policy, E = env)::
 
@@ -247,6 +248,24 @@ def records_from_extra_fields(extra_fields: Sequence[Mapping[str, Any] | None]) 
 # --------------------------------------------------------------------------------------------------------------
 
 
+def check_turn_rewards(token_level_rewards: Any, response_mask: Any, records: Sequence[TurnRecord]) -> None:
+    """Each row's token rewards must be its turns' rewards on their last policy tokens, and nothing else."""
+    rewards, policy = _numpy(token_level_rewards).astype(np.float64), _numpy(response_mask) > 0
+    for i, record in enumerate(records):
+        ends = np.flatnonzero(policy[i] & ~np.append(policy[i, 1:], False))
+        want = np.zeros(rewards.shape[1])
+        if len(ends) == len(record.step_rewards):
+            want[ends] = record.step_rewards
+        if not np.allclose(rewards[i], want, rtol=1e-5, atol=1e-4):
+            raise InvalidArgument(
+                f"row {i} ({record.env_id}): its token rewards are not the env's {len(record.step_rewards)} turn "
+                f"rewards {np.round(record.step_rewards, 4).tolist()} on the last tokens of its {len(ends)} turns. "
+                "TurnRL estimators need the rows the TurnRL agent loop writes for verl's v1 trainer (rm_scores), "
+                "unchanged: turn algorithm.use_kl_in_reward off (actor.use_kl_loss keeps the KL term); the older "
+                "trainer (trainer.use_v1=false) puts one score on the last token and is not supported."
+            )
+
+
 @contextlib.contextmanager
 def lend(records: Sequence[TurnRecord], values: Any = None) -> Iterator[None]:
     """Hand TurnRL estimators the batch's records (and critic values) while verl's ``compute_advantage`` runs."""
@@ -303,6 +322,7 @@ def verl_advantages(
             f"critic.enable=True and trainer.v1.trainer_mode={TRAINER_MODE}, or pick a critic-free strategy such as "
             "turnrl_mt_grpo."
         )
+    check_turn_rewards(token_level_rewards, response_mask, records)
     return skyrl_advantages(
         strategy,
         cfg,
@@ -351,10 +371,11 @@ def register_verl_estimators(strategies: Sequence[str] | None = None, cfg: Credi
 
 
 def compute_turnrl_advantage(data: Any, adv_estimator: str, config: Any = None) -> Any:
-    """verl's own ``compute_advantage`` on a ``DataProto`` whose rows carry TurnRL records (the legacy layout:
-    ``non_tensor_batch[RECORD_KEY]``, one dict per row, as verl's agent loop manager collects ``extra_fields``),
-    with the records and ``batch["values"]`` (when present) lent to the estimator. Returns ``data`` with
-    ``advantages`` and ``returns`` set."""
+    """verl's own ``compute_advantage`` on a ``DataProto`` whose rows carry TurnRL records in
+    ``non_tensor_batch[RECORD_KEY]`` (one dict per row, where verl's agent-loop worker collects ``extra_fields``),
+    with the records and ``batch["values"]`` (when present) lent to the estimator. ``token_level_rewards`` must be
+    in the TurnRL layout (each turn's reward on its last token). Returns ``data`` with ``advantages`` and
+    ``returns`` set."""
     require_verl()
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
