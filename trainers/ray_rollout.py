@@ -495,8 +495,8 @@ def turn_text(tokenizer: Any, gen: Generation, stop_ids: set[int]) -> str:
 class GenerationWorker:
     """A copy of the policy and one of this repo's engines on it (run as a Ray actor by :class:`RayEngine`).
 
-    The policy arrives as its config, state dict and tokenizer (nothing is read from the driver's disk); for vLLM
-    it is written to a local folder first, as the trainer does for its in-process vLLM engine.
+    The policy arrives as its config, state dict (its dtype kept) and tokenizer: nothing is read from the driver's
+    disk. For vLLM it is written to a local folder first, as the trainer does for its in-process vLLM engine.
     """
 
     def __init__(self, engine: str, config: Any, state: dict, tokenizer: Any, engine_kwargs: dict) -> None:
@@ -508,7 +508,10 @@ class GenerationWorker:
         from trainers import modeling as M
         from trainers.engines import make_engine
 
+        # Built in fp32 and cast to the shipped weights' dtype as the trainer casts its policy (--dtype bfloat16),
+        # so buffers outside the state dict (rotary frequencies) are rounded alike and the actor samples the same.
         self.model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        self.model.to(next((v.dtype for v in state.values() if v.is_floating_point()), torch.float32))
         self.model.load_state_dict(state)
         self.model.eval()
         folder = None
