@@ -1,7 +1,8 @@
 """TurnRL's credit-assignment strategies as SkyRL advantage estimators: an adapter from SkyRL's batch to Episodes.
 
 One implementation: the numbers come from :mod:`trainers.credit`. This module only converts SkyRL's batch into
-:class:`~trainers.episode.Episode` objects and the strategy's per-token output back into SkyRL's tensors.
+:class:`~trainers.episode.Episode` objects and the strategy's per-token output back into SkyRL's tensors, with the
+record and the conversions it shares with the verl integration (:mod:`trainers.integrations.turn_records`).
 
 What SkyRL gives an estimator (``compute_advantages_and_returns`` in ``skyrl.backends.skyrl_train.utils.ppo_utils``,
 skyrl 0.3; ``skyrl_train.utils.ppo_utils`` in the older skyrl-train package): ``token_level_rewards`` and
@@ -48,25 +49,43 @@ import dataclasses
 import difflib
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from agentgym_turn.error import DependencyNotInstalled, InvalidArgument
-from trainers.credit import (
-    STRATEGIES,
-    CreditConfig,
-    get_strategy,
-    needs_critic,
-    response_mask,
-    reward_position,
-    token_turns,
-)
+from trainers.credit import STRATEGIES, CreditConfig, get_strategy, needs_critic
 from trainers.episode import Episode
+from trainers.integrations.turn_records import (
+    RECORD_KEY,
+    BatchLayout,
+    TurnBatch,
+    TurnRecord,
+    as_numpy,
+    batch_from_episodes,
+    episodes_from_batch,
+    records_from_rows,
+)
 
-#: the key of the per-episode record in the env's ``get_metrics()`` (and so in SkyRL's ``env_metrics``)
-RECORD_KEY = "turnrl_record"
+__all__ = [  # RECORD_KEY and TurnRecord live in turn_records; re-exported for SkyRL-side imports
+    "ESTIMATOR_PREFIX",
+    "HOOK_ATTR",
+    "RECORD_KEY",
+    "SUPPORTED",
+    "UNSUPPORTED",
+    "SkyRLBatch",
+    "TurnRecord",
+    "episodes_from_skyrl",
+    "estimator_names",
+    "is_turnrl_estimator",
+    "make_estimator",
+    "records_from_env_metrics",
+    "register_skyrl_estimators",
+    "skyrl_advantages",
+    "skyrl_batch_from_episodes",
+    "strategy_of",
+    "turnrl_trainer_class",
+]
 #: SkyRL estimator names are this prefix + the strategy name (``turnrl_mt_grpo``)
 ESTIMATOR_PREFIX = "turnrl_"
 #: the attribute of SkyRL's ``AlgorithmConfig`` through which the trainer hook lends an estimator its inputs
@@ -92,187 +111,33 @@ _PIP_CPU = (
 )
 
 
-@dataclass(frozen=True)
-class TurnRecord:
-    """What a TurnRL env tells SkyRL's trainer about one finished (or cut) episode.
-
-    Attributes:
-        env_id: the TurnRL id (``TurnRL/WikiTwoTurn-v1``).
-        reward_levels: the env's ``{component: "turn" | "outcome"}``.
-        turn_rewards: one dict per policy turn: that turn's components, late ones (a judge's) on their turns.
-        step_rewards: what each ``step`` returned, i.e. the float SkyRL stamped on the turn's last token (the final
-            step's includes every late component).
-        terminated: the episode ended inside the task; ``truncated``: it was cut by an external limit.
-        state_keys: each turn's anchor-state key (GiGPO), ``None`` when the env reports none.
-    """
-
-    env_id: str
-    reward_levels: dict[str, str]
-    turn_rewards: list[dict[str, float]]
-    step_rewards: list[float]
-    terminated: bool
-    truncated: bool = False
-    state_keys: list[str] | None = None
-
-    def __post_init__(self) -> None:
-        if len(self.step_rewards) != len(self.turn_rewards):
-            raise InvalidArgument(
-                f"TurnRecord of {self.env_id} has {len(self.step_rewards)} step rewards for "
-                f"{len(self.turn_rewards)} turns; give one per turn."
-            )
-        if self.state_keys is not None and len(self.state_keys) != len(self.turn_rewards):
-            raise InvalidArgument(
-                f"TurnRecord of {self.env_id} has {len(self.state_keys)} state keys for {len(self.turn_rewards)} turns."
-            )
-
-    def to_metrics(self) -> dict[str, Any]:
-        """A plain dict of lists and numbers (what ``get_metrics()`` carries under :data:`RECORD_KEY`)."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_metrics(cls, data: Mapping[str, Any]) -> TurnRecord:
-        """Rebuild a record from :meth:`to_metrics`'s dict; a dict missing fields names them."""
-        fields = {f.name for f in dataclasses.fields(cls)}
-        required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
-        missing = sorted(required - set(data)) if isinstance(data, Mapping) else sorted(required)
-        if missing:
-            raise InvalidArgument(
-                f"a TurnRL record lacks {missing} (got {type(data).__name__} {data!r:.120}); it must come from "
-                "TurnRLTextEnv.get_metrics()[RECORD_KEY]."
-            )
-        kw = {k: v for k, v in data.items() if k in fields}
-        kw["turn_rewards"] = [{str(k): float(v) for k, v in t.items()} for t in kw["turn_rewards"]]
-        kw["step_rewards"] = [float(r) for r in kw["step_rewards"]]
-        kw["reward_levels"] = dict(kw["reward_levels"])
-        if kw.get("state_keys") is not None:
-            kw["state_keys"] = [str(k) for k in kw["state_keys"]]
-        return cls(**kw)
+#: what SkyRL's settings that change the stamped rewards are, and what to do about them (for the checks' message)
+_REWARD_SETTINGS = (
+    "generator.zero_reward_on_non_stop, trainer.algorithm.use_kl_in_reward: turn those off for TurnRL estimators "
+    "(use_kl_loss keeps the KL term)"
+)
+#: the response half of a SkyRL training batch (right-aligned rows; ``responses`` is not part of SkyRL's batch)
+SkyRLBatch = TurnBatch
 
 
 def records_from_env_metrics(env_metrics: Sequence[Mapping[str, Any] | None]) -> list[TurnRecord]:
     """One :class:`TurnRecord` per row of SkyRL's ``generator_output["env_metrics"]``; a row without one raises."""
-    out = []
-    for i, metrics in enumerate(env_metrics):
-        if not metrics or RECORD_KEY not in metrics:
-            raise InvalidArgument(
-                f"row {i} of env_metrics has no {RECORD_KEY!r}: every row of a TurnRL estimator's batch must come "
-                "from a TurnRL env (env_class 'TurnRL/...' or 'turnrl'); other env classes need SkyRL's own estimators."
-            )
-        out.append(TurnRecord.from_metrics(metrics[RECORD_KEY]))
-    return out
-
-
-@dataclass
-class SkyRLBatch:
-    """The response half of a SkyRL training batch, as numpy arrays in SkyRL's layout (right-aligned rows).
-
-    Attributes:
-        token_level_rewards: float32 ``(B, L)``: each step's reward on its turn's last token.
-        response_mask: int ``(B, L)``: 1 on the row's response tokens (its last ``n_i`` positions).
-        loss_mask: float32 ``(B, L)``: 1 on the policy's tokens.
-        index: the prompt uid of each row (rows with one uid form a group).
-        records: the :class:`TurnRecord` of each row.
-        values: float32 ``(B, L)`` critic values V(s_t) before each response token, or ``None``.
-    """
-
-    token_level_rewards: np.ndarray
-    response_mask: np.ndarray
-    loss_mask: np.ndarray
-    index: list[str]
-    records: list[TurnRecord]
-    values: np.ndarray | None = None
+    return records_from_rows(
+        env_metrics,
+        field="env_metrics",
+        source="a TurnRL env (env_class 'TurnRL/...'); other env classes need SkyRL's own estimators",
+    )
 
 
 def skyrl_batch_from_episodes(
     episodes: Sequence[Episode], values: Sequence[np.ndarray] | None = None, width: int | None = None
-) -> SkyRLBatch:
+) -> TurnBatch:
     """The batch SkyRL would build for these episodes (the inverse of :func:`episodes_from_skyrl`).
 
-    A row's response runs from the episode's first policy token to its end; each turn's total reward sits on its
-    last policy token (where SkyRL's generator stamps it); ``values[i]`` (TurnRL layout, ``n + 1`` entries) gives the
-    row's values on the same positions. ``width`` pads every row to that many columns (default: the longest).
+    Rows are right-aligned, as SkyRL lays out responses; each turn's total reward sits on its last policy token
+    (where SkyRL's generator stamps it). See :func:`~trainers.integrations.turn_records.batch_from_episodes`.
     """
-    spans = [np.flatnonzero(response_mask(ep)) for ep in episodes]
-    longest = max((len(s) for s in spans), default=0)
-    width = longest if width is None else width
-    if width < longest:
-        raise InvalidArgument(f"width={width} is shorter than the longest response ({longest} tokens).")
-    b = len(episodes)
-    rewards, rmask = np.zeros((b, width), np.float32), np.zeros((b, width), np.int64)
-    lmask, vals = np.zeros((b, width), np.float32), np.zeros((b, width), np.float32)
-    records = []
-    for i, (ep, span) in enumerate(zip(episodes, spans, strict=True)):
-        cols = np.arange(width - len(span), width)
-        rmask[i, cols] = 1
-        lmask[i, cols] = ep.loss_mask[span]
-        for k in range(ep.num_turns):
-            if len(span):
-                rewards[i, cols[reward_position(ep, k) - span[0]]] += ep.turn_reward(k)
-        if values is not None:
-            vals[i, cols] = np.asarray(values[i], dtype=np.float32)[span]
-        records.append(
-            TurnRecord(
-                env_id=ep.env_id,
-                reward_levels=dict(ep.reward_levels),
-                turn_rewards=[dict(t) for t in ep.turn_rewards],
-                step_rewards=[ep.turn_reward(k) for k in range(ep.num_turns)],
-                terminated=ep.terminated,
-                truncated=ep.truncated,
-                state_keys=None if ep.state_keys is None else list(ep.state_keys),
-            )
-        )
-    index = [str(ep.group) for ep in episodes]
-    return SkyRLBatch(rewards, rmask, lmask, index, records, vals if values is not None else None)
-
-
-def _numpy(x: Any, dtype: Any) -> np.ndarray:
-    """A torch tensor or array-like as a numpy array (on the CPU)."""
-    if hasattr(x, "detach"):
-        x = x.detach().float().cpu().numpy() if dtype is np.float32 else x.detach().cpu().numpy()
-    return np.asarray(x, dtype=dtype)
-
-
-def _row_turns(loss_mask: np.ndarray, num_turns: int, row: int, env_id: str) -> np.ndarray:
-    """Turn index per response token: the k-th run of policy tokens is turn k, -1 elsewhere."""
-    policy = loss_mask > 0
-    starts = policy & ~np.concatenate([[False], policy[:-1]])
-    runs = int(starts.sum())
-    if runs not in (0, num_turns):
-        raise InvalidArgument(
-            f"row {row} ({env_id}) has {runs} runs of policy tokens in its loss_mask but its TurnRL record has "
-            f"{num_turns} turns; the records are misaligned with the batch rows, or a generator setting "
-            "(custom chat template, step-wise trajectories) changed the layout."
-        )
-    return np.where(policy, np.cumsum(starts) - 1, -1).astype(np.int32)
-
-
-def _check_stamped(ep: Episode, stamped: np.ndarray, record: TurnRecord, row: int) -> None:
-    """The rewards SkyRL stamped inside each turn's span must sum to that step's reward."""
-    turns = token_turns(ep) if ep.loss_mask.any() else np.full(len(stamped), -1)
-    if ep.loss_mask.any() and stamped[turns < 0].any():
-        raise InvalidArgument(f"row {row} ({ep.env_id}) has a reward before its first policy token.")
-    got = (
-        np.bincount(turns[turns >= 0], weights=stamped[turns >= 0], minlength=ep.num_turns)
-        if ep.loss_mask.any()
-        else np.array([stamped.sum()])
-    )
-    want = np.array(record.step_rewards) if ep.loss_mask.any() else np.array([sum(record.step_rewards)])
-    if not np.allclose(got, want, rtol=1e-5, atol=1e-4):
-        raise InvalidArgument(
-            f"row {row} ({ep.env_id}): SkyRL's token rewards sum to {got.round(4).tolist()} per turn but the env paid "
-            f"{want.round(4).tolist()}; records and rows are misaligned, or rewards were changed after the env "
-            "(generator.zero_reward_on_non_stop, trainer.algorithm.use_kl_in_reward): turn those off for TurnRL "
-            "estimators (use_kl_loss keeps the KL term)."
-        )
-
-
-@dataclass
-class _Layout:
-    """Where each episode sits in the batch: its row and its response columns."""
-
-    rows: list[int]
-    cols: list[np.ndarray]
-    shape: tuple[int, int]
+    return batch_from_episodes(episodes, values, width, align="right")
 
 
 def episodes_from_skyrl(
@@ -281,54 +146,15 @@ def episodes_from_skyrl(
     loss_mask: Any,
     index: Sequence[Any],
     records: Sequence[TurnRecord],
-) -> tuple[list[Episode], _Layout]:
+) -> tuple[list[Episode], BatchLayout]:
     """SkyRL's batch as :class:`Episode` objects (response tokens only) and where each one sits in the batch.
 
-    Rows past ``len(records)`` are SkyRL's padding rows and get no episode. ``Episode.token_ids`` holds -1: an
-    estimator never sees the ids, and credit assignment reads only masks, turns and rewards.
+    Rows past ``len(records)`` are SkyRL's padding rows and get no episode. See
+    :func:`~trainers.integrations.turn_records.episodes_from_batch`.
     """
-    rewards = _numpy(token_level_rewards, np.float32)
-    rmask, lmask = _numpy(response_mask, np.float32), _numpy(loss_mask, np.float32)
-    if rewards.ndim != 2 or rewards.shape != rmask.shape or rewards.shape != lmask.shape:
-        raise InvalidArgument(
-            f"token_level_rewards {rewards.shape}, response_mask {rmask.shape} and loss_mask {lmask.shape} must all "
-            "be (batch, response_len)."
-        )
-    if len(records) > rewards.shape[0] or len(index) < len(records):
-        raise InvalidArgument(
-            f"{len(records)} TurnRL records and {len(index)} uids for a batch of {rewards.shape[0]} rows; give one "
-            "record and one uid per (unpadded) row."
-        )
-    groups: dict[Any, int] = {}
-    episodes, layout = [], _Layout([], [], rewards.shape)
-    for i, record in enumerate(records):
-        cols = np.flatnonzero(rmask[i] > 0)
-        turn_index = _row_turns(lmask[i, cols], len(record.turn_rewards), i, record.env_id)
-        ep = Episode(
-            env_id=record.env_id,
-            group=groups.setdefault(index[i], len(groups)),
-            token_ids=np.full(len(cols), -1),
-            loss_mask=(turn_index >= 0).astype(np.int8),
-            turn_index=turn_index,
-            logprobs=np.zeros(len(cols)),
-            turn_rewards=[dict(t) for t in record.turn_rewards],
-            reward_levels=dict(record.reward_levels),  # type: ignore[arg-type]
-            terminated=record.terminated,
-            truncated=record.truncated or not record.terminated,
-            state_keys=None if record.state_keys is None else list(record.state_keys),
-        )
-        _check_stamped(ep, rewards[i, cols], record, i)
-        episodes.append(ep)
-        layout.rows.append(i)
-        layout.cols.append(cols)
-    return episodes, layout
-
-
-def _scatter(per_episode: Sequence[np.ndarray], layout: _Layout) -> np.ndarray:
-    out = np.zeros(layout.shape, dtype=np.float32)
-    for row, cols, values in zip(layout.rows, layout.cols, per_episode, strict=True):
-        out[row, cols] = values
-    return out
+    return episodes_from_batch(
+        token_level_rewards, response_mask, loss_mask, index, records, reward_settings=_REWARD_SETTINGS
+    )
 
 
 def _like(x: np.ndarray, ref: Any) -> Any:
@@ -383,11 +209,11 @@ def skyrl_advantages(
                 f"{ESTIMATOR_PREFIX + strategy!r} needs critic values (values=None): set trainer.critic.model.path, "
                 "or pick a critic-free strategy such as turnrl_mt_grpo."
             )
-        v = _numpy(values, np.float32)
+        v = as_numpy(values, np.float32)
         vals = [np.concatenate([v[r, c], [0.0]]) for r, c in zip(layout.rows, layout.cols, strict=True)]
     out = get_strategy(strategy)(episodes, vals, credit_cfg)
-    adv = _scatter(out.advantages, layout)
-    ret = adv.copy() if out.returns is None else _scatter(out.returns, layout)
+    adv = layout.scatter(out.advantages)
+    ret = adv.copy() if out.returns is None else layout.scatter(out.returns)
     return _like(adv, token_level_rewards), _like(ret, token_level_rewards)
 
 

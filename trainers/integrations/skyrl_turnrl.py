@@ -16,7 +16,7 @@ the turn contract:
   ``terminated or truncated`` and ``metadata`` keeps what a single ``done`` loses: ``terminated``, ``truncated``,
   ``reward_components``, ``late_reward_components``, ``state_key``, the episode metrics at the end. Bad action text
   never raises: the env answers it like any other turn.
-- ``get_metrics()`` returns the numeric episode metrics plus a :class:`~trainers.integrations.skyrl_credit.TurnRecord`
+- ``get_metrics()`` returns the numeric episode metrics plus a :class:`~trainers.integrations.turn_records.TurnRecord`
   under ``"turnrl_record"`` (per-turn components, levels, step rewards, anchor-state keys) for TurnRL's estimators;
   SkyRL's metric averaging skips it, as it skips every non-number.
 
@@ -53,7 +53,7 @@ import gymnasium as gym
 import agentgym_turn
 from agentgym_turn.core import Message, with_late_components
 from agentgym_turn.error import DependencyNotInstalled, InvalidArgument
-from trainers.integrations.skyrl_credit import RECORD_KEY, TurnRecord
+from trainers.integrations.turn_records import RECORD_KEY, TurnRecord
 
 try:
     import skyrl_gym
