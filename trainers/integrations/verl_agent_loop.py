@@ -54,13 +54,8 @@ import torch
 import agentgym_turn  # noqa: F401  (registers the TurnRL/ ids)
 from agentgym_turn.error import InvalidArgument
 from trainers.engines import Generation, OpenAIEngine, SamplingConfig, stop_token_ids
-from trainers.integrations.verl_turnrl import (
-    RECORD_KEY,
-    episode_record,
-    require_verl,
-    response_start,
-    turn_token_rewards,
-)
+from trainers.integrations.turn_records import RECORD_KEY, TurnRecord
+from trainers.integrations.verl_turnrl import require_verl, response_start, turn_token_rewards
 from trainers.rollout import RolloutConfig, Slot, play, start_slot
 
 require_verl()
@@ -217,7 +212,7 @@ class TurnRLAgentLoop(AgentLoopBase):
         if response_start(episode) != prompt_len:
             raise InvalidArgument("the episode's first policy token does not follow its prompt (internal error).")
         rewards = turn_token_rewards(episode)[prompt_len:]
-        record = episode_record(episode)
+        record = TurnRecord.from_episode(episode)
         return TurnRLAgentLoopOutput(
             prompt_ids=episode.token_ids[:prompt_len].tolist(),
             response_ids=episode.token_ids[prompt_len:].tolist(),

@@ -2,7 +2,8 @@
 
 One implementation: the numbers come from :mod:`trainers.credit`. This module converts verl's batch into
 :class:`~trainers.episode.Episode` objects and the strategy's output back into verl's tensors; the SkyRL integration
-(:mod:`trainers.integrations.skyrl_credit`) does the same for SkyRL, and the verl adapter reuses its batch code.
+(:mod:`trainers.integrations.skyrl_credit`) does the same for SkyRL; both build on
+:mod:`trainers.integrations.turn_records` (the per-row :class:`TurnRecord` and the batch <-> Episodes conversions).
 The agent loop that plays TurnRL envs inside verl lives in :mod:`trainers.integrations.verl_agent_loop`.
 
 Pinned and tested against verl 0.9.1 (:data:`VERL_VERSION`): ``pip install "agentgym-turn[verl]"`` installs it
@@ -18,7 +19,7 @@ components and their levels (``turn`` / ``outcome``) do not, while every strateg
 them (MT-GRPO normalises turn and outcome rewards apart, TARL scales them apart, PPO-OR drops the turn rewards).
 verl also keeps the critic's ``values`` from every estimator but its own ``gae``. So the estimators read, per row:
 
-- a :class:`~trainers.integrations.skyrl_credit.TurnRecord` (env id, reward levels, each turn's components, each
+- a :class:`~trainers.integrations.turn_records.TurnRecord` (env id, reward levels, each turn's components, each
   step's reward, terminated/truncated, anchor-state keys), which the agent loop stores in the row's
   ``extra_fields[RECORD_KEY]``;
 - for the PPO family, the critic's ``values`` (V before each response token, verl's layout).
@@ -66,15 +67,20 @@ from trainers.credit import CreditConfig, place_rewards
 from trainers.episode import Episode
 from trainers.integrations.skyrl_credit import (
     ESTIMATOR_PREFIX,
-    RECORD_KEY,
     SUPPORTED,
     UNSUPPORTED,
-    TurnRecord,
     estimator_names,
     make_estimator,
     skyrl_advantages,
-    skyrl_batch_from_episodes,
     strategy_of,
+)
+from trainers.integrations.turn_records import (
+    RECORD_KEY,
+    TurnRecord,
+    as_numpy,
+    batch_from_episodes,
+    episodes_from_batch,
+    records_from_rows,
 )
 
 #: the verl release this integration is written and tested against
@@ -91,6 +97,8 @@ _VERL_KNOBS = {
     "gae_lambda": "algorithm.lam",
     "scale_by_std": "algorithm.norm_adv_by_std_in_grpo",
 }
+#: verl settings that change token rewards after the env (named when a batch's rewards do not match its records)
+_REWARD_SETTINGS = "algorithm.use_kl_in_reward, or verl's older trainer (trainer.use_v1=false)"
 _LENT: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("turnrl_verl_lent", default=None)
 
 __all__ = [
@@ -101,7 +109,6 @@ __all__ = [
     "VERL_VERSION",
     "VerlBatch",
     "compute_turnrl_advantage",
-    "episode_record",
     "episodes_from_verl",
     "estimator_names",
     "lend",
@@ -130,11 +137,6 @@ def require_verl() -> Any:
 # --------------------------------------------------------------------------------------------------------------
 # Episodes <-> verl's batch layout
 # --------------------------------------------------------------------------------------------------------------
-
-
-def episode_record(ep: Episode) -> TurnRecord:
-    """The :class:`TurnRecord` of an episode: what the agent loop hands verl beside the token rewards."""
-    return skyrl_batch_from_episodes([ep]).records[0]
 
 
 def turn_token_rewards(ep: Episode) -> np.ndarray:
@@ -178,38 +180,24 @@ def verl_batch_from_episodes(
 
     A row's response runs from the episode's first policy token to its end; ``values[i]`` (TurnRL layout,
     ``n + 1`` entries) gives the row's values at the same positions. ``width`` pads every row to that many columns
-    (default: the longest response). The rows are SkyRL's (the same spans, rewards and records), moved to the left.
+    (default: the longest response).
     """
-    sky = skyrl_batch_from_episodes(episodes, values, width)
-    spans = sky.response_mask > 0
-
-    def left(rows: np.ndarray) -> np.ndarray:
-        out = np.zeros_like(rows)
-        for i, span in enumerate(spans):
-            out[i, : span.sum()] = rows[i, span]
-        return out
-
-    ids = np.zeros(spans.shape, np.int64)
-    for i, ep in enumerate(episodes):
-        tail = ep.token_ids[response_start(ep) :]
-        ids[i, : len(tail)] = tail
+    for ep in episodes:
+        response_start(ep)  # an episode without policy tokens has no verl row
+    rows = batch_from_episodes(episodes, values, width, align="left")
     return VerlBatch(
-        responses=ids,
-        response_mask=left(sky.loss_mask).astype(np.int64),
-        token_level_rewards=left(sky.token_level_rewards),
-        index=np.array(sky.index, dtype=object),
-        records=sky.records,
-        values=None if sky.values is None else left(sky.values),
+        responses=rows.responses,
+        response_mask=rows.loss_mask.astype(np.int64),
+        token_level_rewards=rows.token_level_rewards,
+        index=np.array(rows.index, dtype=object),
+        records=rows.records,
+        values=rows.values,
     )
-
-
-def _numpy(x: Any) -> np.ndarray:
-    return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
 
 
 def span_mask(response_mask: Any) -> np.ndarray:
     """Each row's span as the adapter reads it: columns 0 to the row's last policy token (int64, ``(B, L)``)."""
-    policy = _numpy(response_mask) > 0
+    policy = as_numpy(response_mask) > 0
     last = np.where(policy.any(axis=1), policy.shape[1] - 1 - np.argmax(policy[:, ::-1], axis=1), -1)
     return (np.arange(policy.shape[1])[None, :] <= last[:, None]).astype(np.int64)
 
@@ -221,26 +209,20 @@ def episodes_from_verl(
 
     ``Episode.token_ids`` holds -1: credit assignment reads only masks, turns and rewards.
     """
-    from trainers.integrations.skyrl_credit import episodes_from_skyrl
-
-    episodes, _ = episodes_from_skyrl(
-        token_level_rewards, span_mask(response_mask), _numpy(response_mask), index, records
+    mask = as_numpy(response_mask)
+    episodes, _ = episodes_from_batch(
+        token_level_rewards, span_mask(mask), mask, index, records, reward_settings=_REWARD_SETTINGS
     )
     return episodes
 
 
 def records_from_extra_fields(extra_fields: Sequence[Mapping[str, Any] | None]) -> list[TurnRecord]:
     """One :class:`TurnRecord` per row of verl's ``extra_fields`` (what the agent loop stored under RECORD_KEY)."""
-    out = []
-    for i, fields in enumerate(extra_fields):
-        if not fields or RECORD_KEY not in fields:
-            raise InvalidArgument(
-                f"row {i} of the batch has no extra_fields[{RECORD_KEY!r}]: every row of a TurnRL estimator's batch "
-                "must come from the TurnRL agent loop (agent_name 'turnrl_agent'); other rows need verl's own "
-                "estimators."
-            )
-        out.append(TurnRecord.from_metrics(fields[RECORD_KEY]))
-    return out
+    return records_from_rows(
+        extra_fields,
+        field="the batch's extra_fields",
+        source="the TurnRL agent loop (agent_name 'turnrl_agent'); other rows need verl's own estimators",
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -250,7 +232,7 @@ def records_from_extra_fields(extra_fields: Sequence[Mapping[str, Any] | None]) 
 
 def check_turn_rewards(token_level_rewards: Any, response_mask: Any, records: Sequence[TurnRecord]) -> None:
     """Each row's token rewards must be its turns' rewards on their last policy tokens, and nothing else."""
-    rewards, policy = _numpy(token_level_rewards).astype(np.float64), _numpy(response_mask) > 0
+    rewards, policy = as_numpy(token_level_rewards, np.float64), as_numpy(response_mask) > 0
     for i, record in enumerate(records):
         ends = np.flatnonzero(policy[i] & ~np.append(policy[i, 1:], False))
         want = np.zeros(rewards.shape[1])
@@ -328,7 +310,7 @@ def verl_advantages(
         cfg,
         token_level_rewards=token_level_rewards,
         response_mask=span_mask(response_mask),
-        loss_mask=_numpy(response_mask),
+        loss_mask=as_numpy(response_mask),
         index=list(index),
         values=values,
         gamma=float(_algo(config, "gamma", cfg.gamma)),
