@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("verl", reason="verl is not installed: pip install 'agentgym-turn[verl]'")
 torch = pytest.importorskip("torch")
 
-from agentgym_turn.error import InvalidArgument  # noqa: E402
+from agentgym_turn.error import DependencyNotInstalled, InvalidArgument  # noqa: E402
 from trainers.credit import STRATEGIES, CreditConfig, get_strategy, needs_critic  # noqa: E402
 from trainers.episode import Episode  # noqa: E402
 from trainers.integrations import verl_turnrl as vt  # noqa: E402
@@ -170,6 +170,15 @@ def test_estimators_refuse_what_they_cannot_compute_honestly(episodes):
     with pytest.raises(InvalidArgument, match=r"algorithm\.lam"):
         vt.make_verl_estimator("mt_ppo", CreditConfig(gae_lambda=0.9))
     assert set(vt.SUPPORTED) == set(STRATEGIES) - {"turn_ppo"}
+
+
+def test_another_verl_release_is_refused_with_the_pinned_install(monkeypatch):
+    import verl
+
+    assert vt.require_verl() is verl and verl.__version__ == vt.VERL_VERSION
+    monkeypatch.setattr(verl, "__version__", "0.8.0")
+    with pytest.raises(DependencyNotInstalled, match=r"verl 0\.8\.0 is installed.*agentgym-turn\[verl\]"):
+        vt.require_verl()
 
 
 # --------------------------------------------------------------------------------------------------------------

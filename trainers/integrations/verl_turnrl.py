@@ -107,6 +107,7 @@ __all__ = [
     "SUPPORTED",
     "UNSUPPORTED",
     "VERL_VERSION",
+    "TurnRecord",
     "VerlBatch",
     "compute_turnrl_advantage",
     "episodes_from_verl",
