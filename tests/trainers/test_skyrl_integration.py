@@ -51,6 +51,7 @@ from trainers.integrations.skyrl_credit import (
     strategy_of,
     turnrl_trainer_class,
 )
+from trainers.integrations.turn_records import TurnRecord, as_numpy, batch_from_episodes, episodes_from_batch
 
 skyrl_gym = pytest.importorskip("skyrl_gym")
 torch = pytest.importorskip("torch")
@@ -204,6 +205,32 @@ def test_adapter_round_trip():
     np.testing.assert_array_equal(again.token_level_rewards, batch.token_level_rewards)
     np.testing.assert_array_equal(again.loss_mask, batch.loss_mask)
     assert again.records == batch.records and layout.rows == [0, 1, 2, 3, 4]
+
+
+def test_left_and_right_layouts_hold_the_same_rows():
+    """turn_records builds SkyRL's right-aligned rows and verl's left-aligned ones from one code path."""
+    episodes = batch_episodes()
+    rng = np.random.default_rng(2)
+    values = [rng.normal(size=len(ep.token_ids) + 1) for ep in episodes]
+    right = batch_from_episodes(episodes, values, width=12, align="right")
+    left = batch_from_episodes(episodes, values, width=12, align="left")
+    for i, ep in enumerate(episodes):
+        r, n = right.response_mask[i] > 0, len(ep.token_ids) - 3
+        assert left.response_mask[i, :n].all() and not left.response_mask[i, n:].any() and r.sum() == n
+        for field in ("token_level_rewards", "loss_mask", "responses", "values"):
+            np.testing.assert_array_equal(getattr(left, field)[i, :n], getattr(right, field)[i, r])
+        np.testing.assert_array_equal(right.responses[i, r], ep.token_ids[3:])
+    assert left.records == right.records == [TurnRecord.from_episode(ep) for ep in episodes]
+    episodes_left, _ = episodes_from_batch(
+        left.token_level_rewards, left.response_mask, left.loss_mask, left.index, left.records, reward_settings="x"
+    )
+    assert [ep.turn_rewards for ep in episodes_left] == [ep.turn_rewards for ep in episodes]
+    with pytest.raises(InvalidArgument, match="align='middle'"):
+        batch_from_episodes(episodes, align="middle")
+    with pytest.raises(InvalidArgument, match=r"row 1 of env_metrics has no 'turnrl_record'"):
+        records_from_env_metrics([{RECORD_KEY: right.records[0].to_metrics()}, {"env/return": 1.0}])
+    bf16 = torch.tensor([[0.5, 1.25]], dtype=torch.bfloat16)
+    assert as_numpy(bf16, np.float32).tolist() == [[0.5, 1.25]] and as_numpy(bf16, np.float64).dtype == np.float64
 
 
 def test_padding_rows_and_the_trainer_hook_path():

@@ -228,14 +228,22 @@ def make_estimator(strategy: str, cfg: CreditConfig | None = None) -> functools.
             "CreditConfig.use_loss_mask and use_advantage_mask must stay True with SkyRL: its trainer applies its own "
             "loss mask to the policy loss and trains the critic on it."
         )
+    refuse_trainer_knobs(cfg, _SKYRL_KNOBS, "SkyRL")
+    return functools.partial(skyrl_advantages, strategy, cfg)
+
+
+def refuse_trainer_knobs(cfg: CreditConfig, knobs: Mapping[str, str], trainer: str) -> None:
+    """Raise when ``cfg`` changes a field that the trainer's own config supplies when it calls the estimator.
+
+    ``knobs`` maps each such CreditConfig field to the trainer's setting (``{"gamma": "trainer.algorithm.gamma"}``).
+    """
     default = CreditConfig()
-    changed = [name for name in _SKYRL_KNOBS if getattr(cfg, name) != getattr(default, name)]
+    changed = [name for name in knobs if getattr(cfg, name) != getattr(default, name)]
     if changed:
         raise InvalidArgument(
-            f"CreditConfig fields {changed} come from SkyRL's config when it calls the estimator; set "
-            f"{', '.join(_SKYRL_KNOBS[n] for n in changed)} there instead."
+            f"CreditConfig fields {changed} come from {trainer}'s config when it calls the estimator; set "
+            f"{', '.join(knobs[n] for n in changed)} there instead."
         )
-    return functools.partial(skyrl_advantages, strategy, cfg)
 
 
 def _skyrl_module(name: str) -> Any:

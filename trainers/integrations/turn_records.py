@@ -125,9 +125,12 @@ def records_from_rows(rows: Sequence[Mapping[str, Any] | None], *, field: str, s
 
 
 def as_numpy(x: Any, dtype: Any = None) -> np.ndarray:
-    """A torch tensor or array-like as a numpy array on the CPU (``dtype`` np.float32 casts bf16 tensors too)."""
+    """A torch tensor or array-like as a numpy array on the CPU; a float ``dtype`` also converts bf16 tensors."""
     if hasattr(x, "detach"):
-        x = x.detach().float().cpu().numpy() if dtype is np.float32 else x.detach().cpu().numpy()
+        x = x.detach().cpu()
+        if dtype is not None and np.dtype(dtype).kind == "f":
+            x = x.double() if np.dtype(dtype).itemsize > 4 else x.float()
+        x = x.numpy()
     return np.asarray(x, dtype=dtype)
 
 
