@@ -71,6 +71,7 @@ from trainers.integrations.skyrl_credit import (
     UNSUPPORTED,
     estimator_names,
     make_estimator,
+    refuse_trainer_knobs,
     skyrl_advantages,
     strategy_of,
 )
@@ -324,13 +325,7 @@ def verl_advantages(
 def make_verl_estimator(strategy: str, cfg: CreditConfig | None = None) -> functools.partial:
     """The verl estimator for ``strategy`` (a picklable ``partial`` of :func:`verl_advantages`)."""
     cfg = CreditConfig() if cfg is None else cfg
-    default = CreditConfig()
-    changed = [name for name in _VERL_KNOBS if getattr(cfg, name) != getattr(default, name)]
-    if changed:
-        raise InvalidArgument(
-            f"CreditConfig fields {changed} come from verl's config when it calls the estimator; set "
-            f"{', '.join(_VERL_KNOBS[n] for n in changed)} there instead."
-        )
+    refuse_trainer_knobs(cfg, _VERL_KNOBS, "verl")
     make_estimator(strategy, cfg)  # the checks shared with SkyRL: a supported name, loss and advantage masks on
     return functools.partial(verl_advantages, strategy, cfg)
 
