@@ -27,6 +27,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -52,6 +53,12 @@ class SamplingConfig:
             raise InvalidArgument(f"temperature={self.temperature} must be >= 0 (0 = greedy).")
         if not 0 < self.top_p <= 1:
             raise InvalidArgument(f"top_p={self.top_p} must be in (0, 1].")
+
+
+def request_seed(seed: int | None, index: int) -> int | None:
+    """The seed of request ``index`` of a seeded batch (``None``: unseeded). Every engine that seeds requests one
+    by one uses it, so identical prompts in a batch (a group's members) sample different completions."""
+    return None if seed is None else seed + index
 
 
 @dataclass
@@ -178,17 +185,23 @@ class VLLMEngine:
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig) -> list[Generation]:
         vllm = self._vllm
-        params = vllm.SamplingParams(
-            n=1,
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            max_tokens=sampling.max_new_tokens,
-            seed=sampling.seed,
-            logprobs=0,
-            stop_token_ids=self.stop_token_ids,
-            skip_special_tokens=False,
-            detokenize=False,
-        )
+        # One seed per request (seed + i): vLLM seeds each request's own generator, so a single seeded
+        # SamplingParams for the batch would make identical prompts (a GRPO group, tree branches) sample identical
+        # completions. Request 0 keeps the batch's seed.
+        params = [
+            vllm.SamplingParams(
+                n=1,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                max_tokens=sampling.max_new_tokens,
+                seed=request_seed(sampling.seed, i),
+                logprobs=0,
+                stop_token_ids=self.stop_token_ids,
+                skip_special_tokens=False,
+                detokenize=False,
+            )
+            for i in range(len(prompts))
+        ]
         requests = [{"prompt_token_ids": list(p)} for p in prompts]
         outs = self.llm.generate(requests, params, use_tqdm=False)
         gens = []
@@ -272,12 +285,24 @@ class OpenAIEngine:
             "stop_token_ids": list(self.stop_token_ids),
             "include_stop_str_in_output": True,
         }
-        if sampling.seed is not None:
-            body["seed"] = sampling.seed
+        if sampling.seed is None or sampling.temperature == 0 or len(prompts) <= 1:
+            return self._complete(body, len(prompts))
+        # A seed in a batched request seeds every prompt alike (identical prompts would sample identical
+        # completions): seeded sampling sends one request per prompt, each with its own seed, concurrently.
+        with ThreadPoolExecutor(max_workers=min(8, len(prompts))) as pool:
+            parts = pool.map(lambda i: self._complete(self._one(body, i, sampling.seed), 1), range(len(prompts)))
+            return [g for part in parts for g in part]
+
+    @staticmethod
+    def _one(body: dict[str, Any], index: int, seed: int) -> dict[str, Any]:
+        """The request for prompt ``index`` of a batched ``body``, with that request's own seed."""
+        return {**body, "prompt": [body["prompt"][index]], "seed": request_seed(seed, index)}
+
+    def _complete(self, body: dict[str, Any], n: int) -> list[Generation]:
         payload = self._post(body)
         choices = sorted(payload.get("choices", []), key=lambda c: c.get("index", 0))
-        if len(choices) != len(prompts):
-            raise ServiceError(f"{self.base_url} returned {len(choices)} choices for {len(prompts)} prompts.")
+        if len(choices) != n:
+            raise ServiceError(f"{self.base_url} returned {len(choices)} choices for {n} prompts.")
         return [parse_completion_choice(c, self.stop_token_ids) for c in choices]
 
 

@@ -124,6 +124,16 @@ def test_identical_prompts_are_prefilled_once():
     _same(gens[:1], _engine(model, fast=False).generate([prompt], GREEDY))
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_identical_prompts_of_a_seeded_batch_sample_different_completions(fast):
+    """A GRPO group is one prompt repeated: its members must not sample the same completion (shared prefill or not)."""
+    engine = _engine(_llama(4), fast=fast)
+    sampling = SamplingConfig(max_new_tokens=8, temperature=1.0, seed=5)
+    first = [tuple(g.token_ids) for g in engine.generate([_prompts()[0]] * 8, sampling)]
+    assert len(set(first)) >= 6, first
+    assert first == [tuple(g.token_ids) for g in engine.generate([_prompts()[0]] * 8, sampling)]
+
+
 def test_cached_kv_is_dropped_when_the_weights_change():
     """An optimizer step in place (no update_weights call) and update_weights itself both empty the cache: the next
     turn matches a fresh engine on the new weights, with no reused tokens."""

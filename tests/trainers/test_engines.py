@@ -104,3 +104,54 @@ def test_save_hf_weights_writes_tied_head_and_replaces_atomically(tiny_model, tm
     state = load_file(str(tmp_path / "model.safetensors"))
     assert torch.equal(state["lm_head.weight"], tiny_model.lm_head.weight)
     assert torch.equal(state["model.embed_tokens.weight"], tiny_model.model.embed_tokens.weight)
+
+
+def test_openai_engine_seeds_each_prompt_of_a_sampled_batch(tmp_path):
+    """A real local HTTP server that samples like vLLM's /v1/completions: one seed per request, shared by every
+    prompt of that request. Seeded sampling must send each prompt with its own seed (a group's identical prompts
+    then differ), in order; greedy and unseeded batches stay one request."""
+    import json
+    import random
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from trainers.engines import OpenAIEngine
+
+    bodies: list[dict] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            bodies.append(body)
+            choices = []
+            for i, prompt in enumerate(body["prompt"]):
+                rng = random.Random(f"{prompt}-{body.get('seed')}")  # the same seed for every prompt of a request
+                ids = [rng.randrange(1, 1000) for _ in range(body["max_tokens"])]
+                choices.append({"index": i, "logprobs": {"tokens": [f"token_id:{t}" for t in ids],
+                                                         "token_logprobs": [-1.0] * len(ids)}})  # fmt: skip
+            out = json.dumps({"choices": choices}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        engine = OpenAIEngine(f"http://127.0.0.1:{server.server_port}/v1", "m", stop_token_ids=[0])
+        group = [[5, 9, 2], [5, 9, 2], [5, 9, 2], [7, 7]]
+        sampled = engine.generate(group, SamplingConfig(max_new_tokens=6, temperature=1.0, seed=40))
+        assert len({tuple(g.token_ids) for g in sampled[:3]}) == 3  # identical prompts, different samples
+        assert sorted(b["seed"] for b in bodies) == [40, 41, 42, 43] and all(len(b["prompt"]) == 1 for b in bodies)
+        by_seed = {b["seed"]: b["prompt"][0] for b in bodies}
+        assert [by_seed[40 + i] for i in range(4)] == group  # prompt i went with seed + i, answers in prompt order
+        assert sampled == engine.generate(group, SamplingConfig(max_new_tokens=6, temperature=1.0, seed=40))
+        bodies.clear()
+        engine.generate(group, SamplingConfig(max_new_tokens=6, temperature=0, seed=40))
+        assert len(bodies) == 1 and len(bodies[0]["prompt"]) == 4  # greedy: one batched request
+    finally:
+        server.shutdown()

@@ -82,6 +82,19 @@ def test_seeded_batch_of_64_long_prompts_is_reproducible(served):
     assert other != first
 
 
+def test_identical_prompts_in_a_seeded_batch_sample_different_completions(served):
+    """A GRPO group is one prompt repeated: one seed for the whole batch would make every member sample the same
+    completion (zero group variance, no learning signal). Each request has its own seed, the batch is still
+    reproducible, and request 0 samples what an unbatched request with the batch's seed samples."""
+    engine, _ = served
+    group = [[5, 9, 2, 7, 3]] * 8
+    sampling = SamplingConfig(max_new_tokens=8, temperature=1.0, seed=5)
+    first = [tuple(g.token_ids) for g in engine.generate(group, sampling)]
+    assert len(set(first)) >= 6, first  # 8 draws of 8 tokens from a random model's wide distribution
+    assert first == [tuple(g.token_ids) for g in engine.generate(group, sampling)]
+    assert first[0] == tuple(engine.generate(group[:1], sampling)[0].token_ids)
+
+
 def test_weight_push_follows_the_new_weights_and_clears_the_prefix_cache(served):
     engine, model = served
     prompts = _prompts()
