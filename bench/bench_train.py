@@ -117,7 +117,7 @@ def run(episodes: int, threads: int, variant: str, full: bool, group: int) -> di
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="4 episodes per configuration instead of 8")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (1 on a loaded machine: less spinning)")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds over every variant")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--no-full", action="store_true", help="policy only (no critic and reference runs)")
@@ -142,7 +142,8 @@ def main() -> None:
                          row["opt_s"], row["peak_rss_gb"]]  # fmt: skip
                 print(f"{what:<24}" + "".join(f"{c!s:>10}" for c in cells), flush=True)
     print("\nmedians over rounds; ratios to 'head' (HEAD's update) and 'full-head' (before issue 11):")
-    print(f"{'what':<24}{'variant':>10}{'tok/s':>10}{'tok/cpu-s':>10}{'x head':>10}{'x full':>10}{'cpu x head':>12}")
+    print(f"{'what':<24}{'variant':>10}{'tok/s':>10}{'tok/cpu-s':>10}{'x head':>10}{'x full':>10}{'cpu x head':>12}"
+          f"{'cpu x full':>12}")  # fmt: skip
     for full in modes:
         med = {v: {k: statistics.median(r[k] for r in rows) for k in ("tok_per_s", "tok_per_cpu_s")}
                for (v, f), rows in results.items() if f == full}  # fmt: skip
@@ -151,9 +152,10 @@ def main() -> None:
             x_head = m["tok_per_s"] / base["tok_per_s"] if base else float("nan")
             x_full = m["tok_per_s"] / orig["tok_per_s"] if orig else float("nan")
             cpu_x = m["tok_per_cpu_s"] / base["tok_per_cpu_s"] if base else float("nan")
+            cpu_full = m["tok_per_cpu_s"] / orig["tok_per_cpu_s"] if orig else float("nan")
             what = "policy+critic+reference" if full else "policy only"
             print(f"{what:<24}{variant:>10}{m['tok_per_s']:>10.1f}{m['tok_per_cpu_s']:>10.1f}{x_head:>10.2f}"
-                  f"{x_full:>10.2f}{cpu_x:>12.2f}")  # fmt: skip
+                  f"{x_full:>10.2f}{cpu_x:>12.2f}{cpu_full:>12.2f}")  # fmt: skip
     print(f"targets: >= 2x; policy + reference + critic <= 8 GB; wall {time.perf_counter() - t0:.0f} s")
 
 

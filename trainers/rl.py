@@ -110,7 +110,9 @@ class RLConfig:
     ppo_epochs: int = arg(1, "passes over each batch")
     minibatches: int = arg(1, "optimizer steps per pass (the batch is split by episodes)")
     max_grad_norm: float = arg(1.0, "gradient clipping norm")
-    pack_tokens: int = arg(512, "tokens per packed row in the update (no padding; short episodes share a row)")
+    pack_tokens: int = arg(
+        512, "with --no-share-prefix: tokens per packed row in the update (no padding; short episodes share a row)"
+    )
     share_prefix: bool = arg(
         True,
         "compute the prompt tokens a pack's episodes share (system prompt, question) once per pack in every update "
