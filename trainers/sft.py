@@ -45,7 +45,13 @@ that are not also among the demonstrations: the generator repeats rooms, 418 dis
 action rate 0.672 [0.581, 0.758]; 179 of 179 turns well formed, every action name valid, 80% of actions change the
 state. It re-plans each turn from the new board, but its plans are often the demonstrations' common shapes: the
 first action lies on a shortest solution in 75% of rooms (random 23%), a whole turn in 40% of turns (random 11%),
-and 23 turns push the box into a dead end.
+and 23 turns push the box into a dead end. Two variants on the same rooms, not taken: 2 episodes per step (96 steps,
+same tokens) success 0.359 [0.250, 0.484], effective action rate 0.618: within the noise; 192 demonstrations x 1
+epoch (48 steps, same tokens, 3x the rooms) success 0.156, 8 of the 55 rooms that are not among its demonstrations
+(this run: 17 of the same 55): three passes over fewer rooms teach more than one pass over more. Half the oracle
+(0.5) is not reached; what is left is planning, which the paper's 3B model got from 300 RL steps (Table 5: MT-PPO
+0.66). Next to try: thousands of demonstrations, a ``<think>`` that locates the player, box and target before the
+plan (SmolLM2's tokenizer merges ``__`` and ``###`` runs, so a cell's column is not a token position), then RL.
 """
 
 from __future__ import annotations
