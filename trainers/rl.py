@@ -101,6 +101,14 @@ class RLConfig:
     engine_url: str | None = arg(None, "for --engine openai: URL#MODEL of an OpenAI-compatible server")
     engine_compile: bool = arg(False, "vLLM: compile the model (minutes of start-up on CPU) instead of eager mode")
     engine_kv_cache_gib: int | None = arg(None, "vLLM: KV-cache size in GiB (default $VLLM_CPU_KVCACHE_SPACE, else 2)")
+    ray: str | None = arg(
+        None,
+        "roll out on a Ray cluster (trainers.ray_rollout): auto | HOST:PORT | ray://HOST:PORT | local; the envs run "
+        "in --ray-env-workers actors, the update stays here",
+    )
+    ray_env_workers: int = arg(2, "with --ray: env-worker actors (envs spread over them round-robin)")
+    ray_gen_workers: int = arg(0, "with --ray: generation actors running --engine on shipped weights (0: here)")
+    ray_gen_gpus: float = arg(0.0, "GPUs each --ray-gen-workers actor reserves (1 for vLLM on GPU nodes)")
     lr: float = arg(1e-5, "policy learning rate (001 uses 1e-6 on 3B; a 135M CPU run needs more)")
     critic_lr: float = arg(1e-4, "critic learning rate (own optimizer; 001 uses 10x the policy's)")
     clip_eps: float = arg(0.2, "PPO clip epsilon")
@@ -245,6 +253,20 @@ class RLConfig:
                 held_out_kwargs(env_id, parse_env_kwargs(self.eval_env_kwarg) if self.eval_env_kwarg else None)
         if self.tree and self.branch_turns < 1:
             raise InvalidArgument(f"--branch-turns={self.branch_turns} must be >= 1 with --tree.")
+        if self.ray is not None:
+            from trainers.ray_rollout import check_address
+
+            check_address(self.ray)
+        if self.ray_env_workers < 1 or self.ray_gen_workers < 0 or self.ray_gen_gpus < 0:
+            raise InvalidArgument(
+                f"--ray-env-workers={self.ray_env_workers} must be >= 1, --ray-gen-workers={self.ray_gen_workers} "
+                f">= 0 (0 = generate in this process) and --ray-gen-gpus={self.ray_gen_gpus} >= 0."
+            )
+        if self.ray_gen_workers and (self.ray is None or self.lora_rank):
+            raise InvalidArgument(
+                f"--ray-gen-workers={self.ray_gen_workers} needs --ray ADDRESS and full weights (--lora-rank 0); "
+                "use --ray-gen-workers 0 to generate in this process."
+            )
         self.credit_config()  # validates gamma/lambda/turn_coef
 
     def credit_config(self) -> CreditConfig:
@@ -277,10 +299,21 @@ class RLConfig:
 
 
 def make_env_pool(
-    env_ids: Sequence[str], weights: Sequence[float] | None, kwargs_by_id: Mapping[str, Mapping[str, Any]]
+    env_ids: Sequence[str],
+    weights: Sequence[float] | None,
+    kwargs_by_id: Mapping[str, Mapping[str, Any]],
+    *,
+    ray: str | None = None,
+    ray_env_workers: int = 2,
 ) -> EnvPool:
-    """The envs a run plays: ``env_ids`` drawn by ``weights``, each made with its ``--env-kwarg`` kwargs."""
-    return EnvPool(list(env_ids), weights, kwargs_by_id={k: dict(v) for k, v in kwargs_by_id.items()})
+    """The envs a run plays: ``env_ids`` drawn by ``weights``, each made with its ``--env-kwarg`` kwargs; with
+    ``ray`` (a cluster address) they live in ``ray_env_workers`` Ray actors (``trainers.ray_rollout``)."""
+    kwargs = {k: dict(v) for k, v in kwargs_by_id.items()}
+    if ray is not None:
+        from trainers.ray_rollout import RayEnvPool
+
+        return RayEnvPool(list(env_ids), weights, kwargs_by_id=kwargs, address=ray, workers=ray_env_workers)
+    return EnvPool(list(env_ids), weights, kwargs_by_id=kwargs)
 
 
 def pack_minibatch(episodes: Sequence[Episode], indices: Sequence[int], cfg: RLConfig) -> list[Any]:
@@ -411,7 +444,7 @@ def train(cfg: RLConfig) -> dict[str, float]:
 
     # ---- models: policy (optionally LoRA), frozen reference only when kl_coef > 0, critic when needed --------
     init_spec = ckpt.policy_folder(cfg.init) if cfg.init else cfg.model
-    pool = make_env_pool(cfg.env, cfg.env_weights, cfg.env_kwargs())
+    pool = make_env_pool(cfg.env, cfg.env_weights, cfg.env_kwargs(), ray=cfg.ray, ray_env_workers=cfg.ray_env_workers)
     warm = run / "sft-policy"  # the folded-in cold start's result: the start (and KL reference) of RL
     if resume_from and (warm / "config.json").is_file():
         init_spec = str(warm)
@@ -454,13 +487,19 @@ def train(cfg: RLConfig) -> dict[str, float]:
     start = state.get("step", 0)
 
     stops = stop_token_ids(tok)
-    engine_dir = None
-    if cfg.engine == "vllm":
-        engine_dir = str(run / "engine-weights")
-        M.save_policy(policy, tok, engine_dir)
-    engine = make_engine(cfg.engine, model=policy, tokenizer=tok, model_dir=engine_dir, autocast_bf16=cfg.bf16,
-                         max_model_len=cfg.max_context, kv_cache_gib=cfg.engine_kv_cache_gib,
+    engine_kwargs = dict(autocast_bf16=cfg.bf16, max_model_len=cfg.max_context, kv_cache_gib=cfg.engine_kv_cache_gib,
                          compile_model=cfg.engine_compile)  # fmt: skip
+    if cfg.ray_gen_workers:  # generation actors on the cluster, each with a copy of the policy
+        from trainers.ray_rollout import RayEngine
+
+        engine = RayEngine(cfg.engine, policy, tok, workers=cfg.ray_gen_workers, address=cfg.ray, gpus=cfg.ray_gen_gpus,
+                           **engine_kwargs)  # fmt: skip
+    else:
+        engine_dir = None
+        if cfg.engine == "vllm":
+            engine_dir = str(run / "engine-weights")
+            M.save_policy(policy, tok, engine_dir)
+        engine = make_engine(cfg.engine, model=policy, tokenizer=tok, model_dir=engine_dir, **engine_kwargs)
     rcfg = RolloutConfig(cfg.max_new_tokens, cfg.max_context, cfg.max_turns, cfg.temperature, cfg.top_p,
                          cfg.check_prefix)  # fmt: skip
     strategy, credit_cfg = get_strategy(cfg.strategy), cfg.credit_config()
@@ -488,6 +527,8 @@ def train(cfg: RLConfig) -> dict[str, float]:
         t_step = time.perf_counter()
         # ---- (1) rollouts ------------------------------------------------------------------------------------
         actor = engine_actor(engine, rcfg, seed=cfg.seed * 1_000_003 + step)
+        if cfg.ray is not None:  # each turn's env steps go to the Ray env workers at once
+            actor = pool.pipeline(actor, tok, stops)
         episodes, rstats = collect(pool, actor, tok, stops, rcfg, num_tasks=cfg.tasks_per_step,
                                    group_size=cfg.group_size, seed=cfg.seed * 7_919 + step, tree=cfg.tree,
                                    branch_turns=cfg.branch_turns, group_offset=step * cfg.tasks_per_step)  # fmt: skip
