@@ -456,7 +456,8 @@ def train(cfg: RLConfig) -> dict[str, float]:
         demo_cfg = RolloutConfig(min(256, cfg.max_context - 1), cfg.max_context, cfg.max_turns)
         demos = demonstrations(pool, tok, cfg.sft_policy, cfg.sft_episodes, cfg.seed + 1_000_003, demo_cfg)
         nll = sft_train(policy, demos, epochs=cfg.sft_epochs, batch_episodes=cfg.sft_batch_episodes, lr=cfg.sft_lr,
-                        pack_tokens=cfg.pack_tokens, bf16=cfg.bf16, seed=cfg.seed)  # fmt: skip
+                        pack_tokens=cfg.pack_tokens, bf16=cfg.bf16, seed=cfg.seed,
+                        share_pack_tokens=cfg.share_pack_tokens if cfg.share_prefix else None)  # fmt: skip
         print(f"[rl] cold start: {len(demos)} scripted episodes ({cfg.sft_policy}), NLL {nll[0]:.3f} -> {nll[-1]:.3f}")
         M.save_policy(policy, tok, str(warm))
         init_spec = spec = str(warm)

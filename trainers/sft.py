@@ -130,7 +130,9 @@ class SFTConfig:
     epochs: int = arg(3, "passes over the demonstrations")
     batch_episodes: int = arg(4, "episodes per optimizer step (64 x 3 / 4 = 48 steps; 6 steps did not teach turn 2)")
     lr: float = arg(1e-4, "learning rate (AdamW, constant)")
-    pack_tokens: int = arg(512, "tokens per packed row (no padding; short episodes share a row)")
+    pack_tokens: int = arg(512, "with --no-share-prefix: tokens per packed row (no padding)")
+    share_prefix: bool = arg(True, "compute the prompt tokens a pack's demonstrations share (the system prompt) once")
+    share_pack_tokens: int = arg(2048, "with --share-prefix: tokens one pack computes (shared prefix once + the rests)")
     max_new_tokens: int = arg(256, "a scripted turn longer than this is cut (as the RL budget would)")
     max_context: int = arg(2048, "max tokens of an episode")
     max_turns: int = arg(4, "max policy turns of an episode")
@@ -144,7 +146,8 @@ class SFTConfig:
     def __post_init__(self) -> None:
         parse_policy_mix(self.policy)
         env_kwargs_by_id(self.env, self.env_kwarg)  # the syntax, checked before anything runs
-        for name in ("episodes", "epochs", "batch_episodes", "max_new_tokens", "eval_max_new_tokens"):
+        for name in ("episodes", "epochs", "batch_episodes", "max_new_tokens", "eval_max_new_tokens", "pack_tokens",
+                     "share_pack_tokens"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise InvalidArgument(f"--{name.replace('_', '-')}={getattr(self, name)} must be >= 1.")
         if self.lr <= 0:
@@ -187,8 +190,11 @@ def sft_train(
     bf16: bool,
     seed: int,
     log: Any = None,
+    share_pack_tokens: int | None = None,
 ) -> list[float]:
-    """Minimise the NLL of the policy tokens (per-sequence token mean); returns the loss of every optimizer step."""
+    """Minimise the NLL of the policy tokens (per-sequence token mean); returns the loss of every optimizer step.
+    ``share_pack_tokens``: packs share their demonstrations' common prompt (``modeling.pack_shared``, the same loss
+    and gradients computed on fewer tokens); ``None``: rows of whole episodes of ``pack_tokens``."""
     import torch
     from tqdm import tqdm
 
@@ -212,7 +218,11 @@ def sft_train(
         opt.zero_grad(set_to_none=True)
         total, tokens = 0.0, 0
         den = aggregate_denominator([masks[i] for i in batch], "seq_mean_token_mean")  # the batch's mean, any packing
-        for pack in M.pack_episodes(episodes, batch.tolist(), pack_tokens):
+        if share_pack_tokens is None:
+            packs = M.pack_episodes(episodes, batch.tolist(), pack_tokens)
+        else:
+            packs = M.pack_shared(episodes, batch.tolist(), share_pack_tokens)
+        for pack in packs:
             mask = pack.gather(masks)
             with M.autocast(bf16):
                 lp = M.pack_logprobs(policy, pack, positions=mask).logprobs
@@ -273,6 +283,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"{np.mean([e.total_reward for e in eps]):.2f}) from {cfg.policy} on {cfg.env}", flush=True)  # fmt: skip
     losses = sft_train(policy, eps, epochs=cfg.epochs, batch_episodes=cfg.batch_episodes, lr=cfg.lr,
                        pack_tokens=cfg.pack_tokens, bf16=cfg.bf16, seed=cfg.seed,
+                       share_pack_tokens=cfg.share_pack_tokens if cfg.share_prefix else None,
                        log=lambda row: append_jsonl(out / "metrics.jsonl", row))  # fmt: skip
     save_policy(policy, tok, str(out / "policy"))
     print(f"[sft] NLL {losses[0]:.3f} -> {losses[-1]:.3f} over {len(losses)} steps; saved {out / 'policy'}")

@@ -68,3 +68,29 @@ def test_rl_folds_in_the_cold_start_and_anchors_the_reference_there(tmp_path, ti
     assert "cold start: 4 scripted episodes" in capsys.readouterr().out
     assert (tmp_path / "rl" / "sft-policy" / "config.json").is_file()
     assert last["losses/kl"] == pytest.approx(0.0, abs=1e-6)  # first step: policy == warm-started reference
+
+
+def test_sft_step_with_a_shared_prompt_equals_whole_episodes(tiny_model, tokenizer):
+    """Prefix sharing is an execution detail: the SFT loss and the updated weights equal those of whole-episode rows
+    (fp32, one optimizer step on demonstrations sharing the system prompt)."""
+    import copy
+
+    import torch
+
+    from trainers.rollout import EnvPool, RolloutConfig
+    from trainers.sft import demonstrations, sft_train
+
+    pool = EnvPool(["TurnRL/WikiTwoTurn-v1"])
+    mix = "scripted:reference=0.5,scripted:direct=0.5"
+    demos = demonstrations(pool, tokenizer, mix, 4, 0, RolloutConfig(64, 1024, 2))
+    models = [copy.deepcopy(tiny_model).float() for _ in range(2)]
+    kw = {"epochs": 1, "batch_episodes": 4, "lr": 1e-3, "pack_tokens": 4096, "bf16": False, "seed": 0}
+    whole = sft_train(models[0], demos, **kw)
+    shared = sft_train(models[1], demos, share_pack_tokens=4096, **kw)
+    assert shared == pytest.approx(whole, rel=1e-5)
+    for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=2e-5)  # 2% of one AdamW step (lr 1e-3): float noise
+    from trainers import modeling as M
+
+    packs = M.pack_shared(demos, range(4), 4096)
+    assert len(packs) == 1 and packs[0].shared and packs[0].shared > 100  # the system prompt, computed once
