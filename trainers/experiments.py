@@ -495,7 +495,13 @@ def status(spec: Spec, root: Path) -> list[tuple[str, str, int]]:
     for run in spec.runs(root):
         steps = trained_steps(run.out_dir) if run.out_dir.is_dir() else 0
         if (run.out_dir / DONE).is_file():  # a committed run has no checkpoint: its DONE.json tells the steps
-            steps = json.loads((run.out_dir / DONE).read_text()).get("steps", steps)
+            done = json.loads((run.out_dir / DONE).read_text())
+            if "steps" in done:
+                steps = done["steps"]
+            elif (run.out_dir / "metrics.jsonl").is_file():  # runs finished before DONE.json recorded the steps
+                from trainers.metrics import read_jsonl
+
+                steps = max((int(r.get("step", 0)) for r in read_jsonl(run.out_dir / "metrics.jsonl")), default=steps)
         rows.append((f"{run.arm.name}/seed{run.seed}", run_state(run.out_dir), steps))
     return rows
 
