@@ -112,9 +112,9 @@ def test_openai_engine_seeds_each_prompt_of_a_sampled_batch(tmp_path):
     then differ), in order; greedy and unseeded batches stay one request."""
     import json
     import random
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import BaseHTTPRequestHandler
 
+    from tests.http_server import send_json, serving
     from trainers.engines import OpenAIEngine
 
     bodies: list[dict] = []
@@ -129,20 +129,13 @@ def test_openai_engine_seeds_each_prompt_of_a_sampled_batch(tmp_path):
                 ids = [rng.randrange(1, 1000) for _ in range(body["max_tokens"])]
                 choices.append({"index": i, "logprobs": {"tokens": [f"token_id:{t}" for t in ids],
                                                          "token_logprobs": [-1.0] * len(ids)}})  # fmt: skip
-            out = json.dumps({"choices": choices}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(out)))
-            self.end_headers()
-            self.wfile.write(out)
+            send_json(self, {"choices": choices})
 
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        engine = OpenAIEngine(f"http://127.0.0.1:{server.server_port}/v1", "m", stop_token_ids=[0])
+    with serving(Handler) as url:
+        engine = OpenAIEngine(f"{url}/v1", "m", stop_token_ids=[0])
         group = [[5, 9, 2], [5, 9, 2], [5, 9, 2], [7, 7]]
         sampled = engine.generate(group, SamplingConfig(max_new_tokens=6, temperature=1.0, seed=40))
         assert len({tuple(g.token_ids) for g in sampled[:3]}) == 3  # identical prompts, different samples
@@ -153,5 +146,3 @@ def test_openai_engine_seeds_each_prompt_of_a_sampled_batch(tmp_path):
         bodies.clear()
         engine.generate(group, SamplingConfig(max_new_tokens=6, temperature=0, seed=40))
         assert len(bodies) == 1 and len(bodies[0]["prompt"]) == 4  # greedy: one batched request
-    finally:
-        server.shutdown()

@@ -8,15 +8,15 @@ judge; it says nothing about how good any model is.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
 
 from envs.tau.data import DomainData, load_domain
+from tests.http_server import send_json, serving
 
 
 @pytest.fixture(scope="session")
@@ -65,22 +65,11 @@ def fake_openai() -> Iterator[FakeOpenAI]:
                 self.send_error(reply)
                 return
             text = reply(body) if callable(reply) else reply
-            payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+            send_json(self, {"choices": [{"message": {"role": "assistant", "content": text}}]})
 
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    try:
+    with serving(Handler) as url:
+        state.url = f"{url}/v1"
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
