@@ -45,3 +45,13 @@ def post_json(
         except (urllib.error.URLError, TimeoutError, ConnectionError, json.JSONDecodeError, UnicodeDecodeError) as exc:
             errors.append(f"{type(exc).__name__}: {exc}")
     raise ServiceError(f"POST {url} failed after {len(errors)} attempt(s): {errors[-1]}. {hint}")
+
+
+def send_json(handler: Any, payload: Any, status: int = 200) -> None:
+    """The server side: write ``payload`` as a JSON response from a ``http.server.BaseHTTPRequestHandler``."""
+    data = json.dumps(payload).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)

@@ -3,22 +3,14 @@ completions/judge servers of the test suite."""
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
+from agentgym_turn.httpjson import send_json
 
-def send_json(handler: BaseHTTPRequestHandler, payload: Any, status: int = 200) -> None:
-    """Write ``payload`` as a JSON response."""
-    body = json.dumps(payload).encode()
-    handler.send_response(status)
-    handler.send_header("Content-Type", "application/json")
-    handler.send_header("Content-Length", str(len(body)))
-    handler.end_headers()
-    handler.wfile.write(body)
+__all__ = ["send_json", "serving"]
 
 
 @contextmanager

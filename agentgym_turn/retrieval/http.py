@@ -29,7 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from agentgym_turn.error import InvalidArgument, ServiceError
-from agentgym_turn.httpjson import post_json
+from agentgym_turn.httpjson import post_json, send_json
 from agentgym_turn.retrieval import Passage, Retriever
 
 
@@ -165,12 +165,7 @@ class RetrievalServer:
                 pass
 
             def _send(self, code: int, payload: Any) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, payload, code)
 
             def do_GET(self) -> None:
                 if self.path.rstrip("/") == "/health":
