@@ -162,7 +162,8 @@ Ambiguities resolved (each is tested in ``tests/trainers/test_credit.py``):
     V(s_{k+1}) - V(s_k)`` with ``gamma`` / ``gae_lambda`` now per turn (the paper prefers 0.99 / 0.9) and the
     same terminal/bootstrap rule as item 7. ``returns`` and ``value_masks`` are set at the turn boundaries only, so
     the critic is trained exactly where it is read; advantages are whitened over the advantage-masked tokens.
-    The paper's turn-level importance ratio in the clipped loss is a loss change, not credit assignment.
+    The paper's turn-level importance ratio is a loss change, not credit assignment: ``--ratio-level turn``
+    (:func:`trainers.losses.segment_log_ratio`: each turn's tokens share the geometric mean of their ratios).
 """
 
 from __future__ import annotations

@@ -18,7 +18,9 @@ padded ``(B, T)`` where each row is a sequence. ``mask`` is 1 where a token coun
 ``trainers.credit``).
 
 Worked example (one sequence, two tokens, eps = 0.2): ratios [1.5, 0.9], advantages [1, 1] ->
-surrogate min(r A, clip(r) A) = [1.2, 0.9] -> loss = -(1.2 + 0.9) / 2 = -1.05, clip fraction 0.5.
+surrogate min(r A, clip(r) A) = [1.2, 0.9] -> loss = -(1.2 + 0.9) / 2 = -1.05, clip fraction 0.5. With both tokens
+in one ratio segment (``ratio_segments``: one turn, Turn-PPO's turn-level ratio), each token's ratio is the
+segment's geometric mean sqrt(1.5 * 0.9) = 1.1619, inside the clip range: loss -1.1619, clip fraction 0.
 
 Defaults follow the seeds: ε = 0.2 (001 D.1.3, 003 Table 5); β = 0.001 (001 D.1.3) on the k3 estimator when KL is
 a loss term (003's ``kl_loss_coef``); the dual clip (c = 3) and a separate ε_high are off unless asked for; the
@@ -152,6 +154,27 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: KLEstim
     raise InvalidArgument(f"KL estimator {kind!r} is not one of {KL_ESTIMATORS}.")
 
 
+def segment_log_ratio(log_ratio: torch.Tensor, mask: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:
+    """Each token's log-ratio replaced by the mean log-ratio of the masked tokens of its segment.
+
+    ``exp`` of it is the segment's geometric-mean ratio ``(prod_t r_t)^(1/n)``: a turn-level ratio when a segment
+    is one policy turn (Turn-PPO, arXiv 2512.17008; ST-PPO's turn-level importance sampling, arXiv 2511.20718, eq.
+    4), GSPO's sequence-level one when a segment is a whole sequence. ``segments`` holds one integer id per token
+    (flat, like ``log_ratio``); tokens with equal ids share a ratio, and its gradient reaches every masked token of
+    the segment (``d r_seg = r_seg * mean_t d log p_t``). A segment with no masked token gets 0 (ratio 1).
+    """
+    if segments.shape != log_ratio.shape:
+        raise InvalidArgument(
+            f"ratio segments of shape {tuple(segments.shape)} must match the log-ratios' {tuple(log_ratio.shape)}."
+        )
+    _, inverse = torch.unique(segments.long(), return_inverse=True)
+    n = int(inverse.max().item()) + 1 if inverse.numel() else 0
+    m = mask.to(log_ratio.dtype)
+    sums = torch.zeros(n, dtype=log_ratio.dtype, device=log_ratio.device).index_add(0, inverse, log_ratio * m)
+    counts = torch.zeros(n, dtype=log_ratio.dtype, device=log_ratio.device).index_add(0, inverse, m)
+    return (sums / counts.clamp(min=1.0))[inverse]
+
+
 def policy_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
@@ -164,12 +187,15 @@ def policy_loss(
     seq_ids: torch.Tensor | None = None,
     aggregation: Aggregation = "seq_mean_token_mean",
     denominator: float | None = None,
+    ratio_segments: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, PolicyLossStats]:
     """Clipped surrogate loss ``-min(r A, clip(r, 1-ε, 1+ε_high) A)`` (000 eq. 1, 001 eq. 3), to minimise.
 
     ``clip_eps_high`` defaults to ``clip_eps``. ``dual_clip`` = c > 1 additionally bounds the loss of negative-
     advantage tokens by ``-c A`` (dual-clip PPO; verl's ``clip_ratio_c``). ``denominator``: see :func:`aggregate`.
-    Returns the loss and its stats.
+    ``ratio_segments`` (one integer id per token): ``r`` is the geometric mean over the masked tokens of each
+    token's segment (:func:`segment_log_ratio`), so a whole turn (or sequence) is clipped together; None = the
+    token-level ratio. ``approx_kl`` stays a token-level diagnostic. Returns the loss and its stats.
     """
     if clip_eps <= 0:
         raise InvalidArgument(f"clip_eps={clip_eps!r} must be > 0 (the papers use 0.2).")
@@ -177,6 +203,8 @@ def policy_loss(
     if dual_clip is not None and dual_clip <= 1.0:
         raise InvalidArgument(f"dual_clip={dual_clip!r} must be > 1 (verl uses 3.0) or None.")
     log_ratio = logprobs - old_logprobs
+    if ratio_segments is not None:
+        log_ratio = segment_log_ratio(log_ratio, mask, ratio_segments)
     ratio = torch.exp(log_ratio.clamp(max=20.0))
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1.0 - clip_eps, 1.0 + high)

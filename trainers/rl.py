@@ -60,6 +60,8 @@ from trainers.episode import Episode
 from trainers.rollout import EnvPool
 from trainers.sft import SFTConfig
 
+RATIO_LEVELS: tuple[str, ...] = ("token", "turn", "sequence")
+
 CREDIT = {
     "ppo": {"or": "ppo_or", "mr": "ppo_mr", "mt": "mt_ppo"},
     "grpo": {"or": "grpo_or", "mr": "grpo_mr", "mt": "mt_grpo"},
@@ -130,6 +132,12 @@ class RLConfig:
         2048, "with --share-prefix: tokens one pack computes (its shared prefix once + each episode's rest)"
     )
     aggregation: str = arg("seq_mean_token_mean", "loss reduction", choices=("seq_mean_token_mean", "token_mean"))
+    ratio_level: str = arg(
+        "token",
+        "importance ratio of the clipped loss: per token (PPO), per policy turn (Turn-PPO / ST-PPO: the geometric "
+        "mean of the turn's token ratios, clipped as one), or per sequence (GSPO)",
+        choices=RATIO_LEVELS,
+    )
     gamma: float = arg(1.0, "GAE discount (001: 1.0)")
     gae_lambda: float = arg(1.0, "GAE lambda (001: 1.0)")
     turn_coef: float = arg(1.0, "MT-GRPO coefficient on later turns' advantages")
@@ -325,6 +333,16 @@ def pack_minibatch(episodes: Sequence[Episode], indices: Sequence[int], cfg: RLC
     return M.pack_episodes(episodes, indices, cfg.pack_tokens)
 
 
+def ratio_segments(ep: Episode, level: str) -> np.ndarray | None:
+    """One ratio-segment id per token of ``ep`` for ``--ratio-level`` (None for ``token``): its policy turn
+    (``turn``; prompt/env tokens -1) or 0 for every token (``sequence``)."""
+    if level not in RATIO_LEVELS:
+        raise InvalidArgument(f"ratio level {level!r} is not one of {RATIO_LEVELS}.")
+    if level == "token":
+        return None
+    return ep.turn_index.astype(np.int64) if level == "turn" else np.zeros(len(ep.token_ids), dtype=np.int64)
+
+
 def policy_minibatch(
     policy: Any,
     packs: Sequence[Any],
@@ -332,14 +350,17 @@ def policy_minibatch(
     credit: CreditOutput,
     ref_lp: Mapping[int, np.ndarray],
     cfg: RLConfig,
+    segments: Sequence[np.ndarray] | None = None,
 ) -> tuple[dict[str, float], dict[int, np.ndarray]]:
     """Forward and backward of the policy loss (+ KL, - entropy) over one minibatch's packs; gradients accumulate,
     no optimizer step. Each pack's terms are divided by the whole minibatch's count (``aggregate_denominator``),
     so loss and gradients do not depend on how the minibatch is packed.
 
     ``old_lp`` None: the first minibatch of the first epoch, whose old log-probs are its own log-probs, detached
-    (the policy has not moved yet: every ratio is exactly 1). Returns the minibatch's ``losses/...`` (sums over
-    packs, i.e. the minibatch's value; ``losses/ratio_max_dev`` = max |ratio - 1|) and the log-probs it computed.
+    (the policy has not moved yet: every ratio is exactly 1). ``segments`` (per episode, from
+    :func:`ratio_segments`): tokens of one episode with equal ids share one ratio. Returns the minibatch's
+    ``losses/...`` (sums over packs, i.e. the minibatch's value; ``losses/ratio_max_dev`` = max |token ratio - 1|)
+    and the log-probs it computed.
     """
     import torch
 
@@ -358,8 +379,13 @@ def policy_minibatch(
         lp = stats.logprobs
         computed.update(pack.split(lp))
         old = lp.detach() if old_lp is None else pack.gather(old_lp)
+        segs = None
+        if segments is not None:  # episode-local ids made unique across the pack's members
+            local = pack.gather(segments, dtype=torch.int64)
+            segs = pack.seq_ids.long() * (int(local.max()) + 2) + local + 1
         loss, pstats = policy_loss(lp, old, pack.gather(credit.advantages), mask, clip_eps=cfg.clip_eps,
-                                   seq_ids=pack.seq_ids, aggregation=cfg.aggregation, denominator=den)  # fmt: skip
+                                   seq_ids=pack.seq_ids, aggregation=cfg.aggregation, denominator=den,
+                                   ratio_segments=segs)  # fmt: skip
         entropy = aggregate(stats.entropy, mask, pack.seq_ids, cfg.aggregation, den)
         total = loss - cfg.entropy_coef * entropy
         if cfg.kl_coef > 0:
@@ -566,6 +592,7 @@ def train(cfg: RLConfig) -> dict[str, float]:
         credit = strategy(episodes, values, credit_cfg)
 
         # ---- (4) policy and critic updates on packed sequences ---------------------------------------------
+        segments = [ratio_segments(ep, cfg.ratio_level) for ep in episodes] if cfg.ratio_level != "token" else None
         logs: dict[str, list[float]] = {}
         trained_tokens = 0
         policy.train()
@@ -573,7 +600,9 @@ def train(cfg: RLConfig) -> dict[str, float]:
             for k, packs in enumerate(minibatches):
                 opt.zero_grad(set_to_none=True)
                 first = epoch == 0 and k == 0
-                mb_logs, lp = policy_minibatch(policy, packs, None if first else old_lp, credit, ref_lp, cfg)
+                mb_logs, lp = policy_minibatch(
+                    policy, packs, None if first else old_lp, credit, ref_lp, cfg, segments=segments
+                )
                 if first:
                     old_lp.update(lp)
                     logs["losses/first_ratio_max_dev"] = [mb_logs.pop("losses/ratio_max_dev")]

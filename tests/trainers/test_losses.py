@@ -15,6 +15,7 @@ from trainers.losses import (
     kl_loss,
     kl_penalty,
     policy_loss,
+    segment_log_ratio,
     token_logprobs,
     value_loss,
 )
@@ -67,6 +68,67 @@ def test_policy_loss_eps_high_and_dual_clip():
     assert loss.item() == pytest.approx(3.0)
     with pytest.raises(InvalidArgument):
         policy_loss(logp, old, adv, t(1, 1), dual_clip=0.5)
+
+
+def test_turn_level_ratio_hand_values():
+    """The module docstring's example: token ratios [1.5, 0.9] in one turn share sqrt(1.35) = 1.1619, unclipped,
+    where token by token the 1.5 is clipped. A second turn (ratios 1.9, 1.1: geometric mean 1.4457) is clipped as
+    a whole: no gradient reaches its tokens, not even the 1.1 whose own ratio is inside the range."""
+    old = torch.zeros(5)
+    logp = t(1.5, 0.9, 1.0, 1.9, 1.1).log().requires_grad_()
+    adv, mask = t(1.0, 1.0, 0.0, 1.0, 1.0), t(1, 1, 0, 1, 1)
+    seg = torch.tensor([0, 0, -1, 1, 1])
+    token_loss, token_stats = policy_loss(logp[:2], old[:2], adv[:2], mask[:2])
+    assert token_loss.item() == pytest.approx(-1.05) and token_stats.clip_fraction == pytest.approx(0.5)
+    loss, stats = policy_loss(logp[:2], old[:2], adv[:2], mask[:2], ratio_segments=seg[:2])
+    assert loss.item() == pytest.approx(-math.sqrt(1.35), abs=1e-6) and stats.clip_fraction == 0.0
+    loss, stats = policy_loss(logp, old, adv, mask, ratio_segments=seg, aggregation="token_mean")
+    assert loss.item() == pytest.approx(-(2 * math.sqrt(1.35) + 2 * 1.2) / 4, abs=1e-6)
+    assert stats.clip_fraction == pytest.approx(0.5)
+    loss.backward()
+    # turn 0: both its tokens' terms are -r_seg, each with d r_seg / d logp_t = r_seg / 2; over 4 masked tokens
+    g = 2 * math.sqrt(1.35) / 2 / 4
+    assert logp.grad.tolist() == pytest.approx([-g, -g, 0.0, 0.0, 0.0], abs=1e-6)
+
+
+def test_segment_ratio_loss_matches_a_naive_loop():
+    """Random packed sequences, turns and advantages: loss and gradient equal a per-segment Python loop."""
+    gen = torch.Generator().manual_seed(0)
+    n = 40
+    seq_ids = torch.sort(torch.randint(0, 4, (n,), generator=gen)).values
+    turns = torch.randint(-1, 3, (n,), generator=gen)
+    mask = (turns >= 0).float()
+    segments = seq_ids * 10 + turns + 1
+    adv = torch.randn(n, generator=gen)
+    old = torch.randn(n, generator=gen) * 0.1 - 1.0
+    base = old + torch.randn(n, generator=gen) * 0.2
+    for mode in ("token_mean", "seq_mean_token_mean"):
+        logp = base.clone().requires_grad_()
+        loss, _ = policy_loss(logp, old, adv, mask, seq_ids=seq_ids, aggregation=mode, ratio_segments=segments)
+        loss.backward()
+        ref_logp = base.clone().requires_grad_()
+        per_seq: dict[int, list[torch.Tensor]] = {}
+        for i in range(n):
+            if mask[i] == 0:
+                continue
+            same = [j for j in range(n) if segments[j] == segments[i] and mask[j] == 1]
+            r = torch.exp(sum(ref_logp[j] - old[j] for j in same) / len(same))
+            term = -torch.minimum(r * adv[i], r.clamp(0.8, 1.2) * adv[i])
+            per_seq.setdefault(int(seq_ids[i]), []).append(term)
+        if mode == "token_mean":
+            ref = sum(sum(v) for v in per_seq.values()) / sum(len(v) for v in per_seq.values())
+        else:
+            ref = sum(sum(v) / len(v) for v in per_seq.values()) / len(per_seq)
+        ref.backward()
+        assert loss.item() == pytest.approx(ref.item(), abs=1e-6), mode
+        torch.testing.assert_close(logp.grad, ref_logp.grad, atol=1e-6, rtol=1e-5)
+
+
+def test_segment_log_ratio_checks_shapes_and_leaves_empty_segments_at_one():
+    lr = segment_log_ratio(t(0.2, 0.4, 9.0), t(1, 1, 0), torch.tensor([3, 3, 7]))
+    assert lr.tolist() == pytest.approx([0.3, 0.3, 0.0])
+    with pytest.raises(InvalidArgument, match="ratio segments"):
+        segment_log_ratio(t(0.2, 0.4), t(1, 1), torch.tensor([0]))
 
 
 def test_aggregate_sequence_mean_vs_token_mean_packed_and_padded():

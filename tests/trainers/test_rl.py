@@ -64,6 +64,7 @@ def _weights(path: str) -> dict:
         ("mt_ppo", {"kl_coef": 0.01, "dtype": "bfloat16"}),  # bf16 weights, fp32 masters (issue 11 item 4)
         ("mt_grpo", {"kl_coef": 0.01, "tree": True, "dtype": "bfloat16", "share_prefix": False}),
         ("grpo_mr", {"lora_rank": 2, "kl_coef": 0.01, "dtype": "bfloat16"}),
+        ("turn_ppo", {"kl_coef": 0.01, "ratio_level": "turn"}),  # Turn-PPO with its turn-level ratio (issue 15)
     ],
 )
 def test_tiny_training_run_moves_weights_and_losses_are_finite(tmp_path, tiny_model_dir, strategy, extra):
@@ -73,7 +74,7 @@ def test_tiny_training_run_moves_weights_and_losses_are_finite(tmp_path, tiny_mo
     assert [r["step"] for r in rows] == [1, 2]
     losses = {k: v for r in rows for k, v in r.items() if k.startswith("losses/")}
     assert {"losses/policy", "losses/entropy", "losses/grad_norm"} <= set(losses)
-    assert ("losses/value" in losses) == (strategy == "mt_ppo")
+    assert ("losses/value" in losses) == (strategy in ("mt_ppo", "turn_ppo"))
     assert ("losses/kl" in losses) == (extra["kl_coef"] > 0)
     assert all(math.isfinite(v) for r in rows for v in r.values())
     assert "reward/tool" in last and "reward/exact_match" in last and last["rollout/policy_tokens"] > 0
@@ -187,12 +188,21 @@ def _random_episodes(n: int, vocab: int, seed: int = 0) -> list:
     return out
 
 
-@pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean_token_mean"])
-def test_minibatch_loss_and_grads_do_not_depend_on_packing(tmp_path, tiny_model_dir, aggregation):
-    """Issue 12 item 8: one mean over the minibatch (policy, KL, entropy and value losses), whatever --pack-tokens."""
+@pytest.mark.parametrize(
+    ("aggregation", "ratio_level"),
+    [
+        ("token_mean", "token"),
+        ("seq_mean_token_mean", "token"),
+        ("token_mean", "turn"),
+        ("seq_mean_token_mean", "sequence"),
+    ],
+)
+def test_minibatch_loss_and_grads_do_not_depend_on_packing(tmp_path, tiny_model_dir, aggregation, ratio_level):
+    """Issue 12 item 8: one mean over the minibatch (policy, KL, entropy and value losses), whatever --pack-tokens;
+    turn- and sequence-level ratios stay within their episode whoever shares its row."""
     from trainers import modeling as M
     from trainers.credit import get_strategy
-    from trainers.rl import critic_minibatch, policy_minibatch
+    from trainers.rl import critic_minibatch, policy_minibatch, ratio_segments
 
     cfg = _cfg(tmp_path, tiny_model_dir, aggregation=aggregation, kl_coef=0.1, entropy_coef=0.01, loss_mask=False)
     model = tiny_llama(97)
@@ -204,7 +214,9 @@ def test_minibatch_loss_and_grads_do_not_depend_on_packing(tmp_path, tiny_model_
     rng = np.random.default_rng(1)
     values = [rng.normal(size=len(e.token_ids) + 1) for e in eps]
     credit = get_strategy("mt_ppo")(eps, values, cfg.credit_config())
-    old = {i: e.logprobs - 0.1 for i, e in enumerate(eps)}
+    rng_old = np.random.default_rng(2)
+    old = {i: e.logprobs - rng_old.uniform(0.0, 0.4, size=len(e.logprobs)) for i, e in enumerate(eps)}
+    segments = None if ratio_level == "token" else [ratio_segments(e, ratio_level) for e in eps]
     ref = {}
     for pack in M.pack_episodes(eps, range(6), 1000):
         with torch.no_grad():
@@ -213,7 +225,7 @@ def test_minibatch_loss_and_grads_do_not_depend_on_packing(tmp_path, tiny_model_
     for pack_tokens in (10, 60, 1000):  # one episode per row, a few per row, all in one row
         packs = M.pack_episodes(eps, range(6), pack_tokens)
         model.zero_grad(), critic.zero_grad()
-        logs, _ = policy_minibatch(model, packs, old, credit, ref, cfg)
+        logs, _ = policy_minibatch(model, packs, old, credit, ref, cfg, segments=segments)
         vloss = critic_minibatch(critic, packs, values, credit, cfg)
         grads = [p.grad.clone() for p in [*model.parameters(), *critic.parameters()] if p.grad is not None]
         results.append((len(packs), logs, vloss, grads))
