@@ -22,6 +22,7 @@ tasks, wall time) and regenerates the tables of ``<results-dir>/../README.md`` a
 from __future__ import annotations
 
 import difflib
+import json
 import subprocess
 import sys
 import time
@@ -69,6 +70,11 @@ class EvalConfig:
     results_dir: str = arg(str(DEFAULT_RESULTS), "where the JSONL rows go; README.md and plots/ sit in its parent")
     tables: bool = arg(True, "regenerate README tables and plots after the run")
     show: int = arg(0, "print this many episodes in full (scripted: messages and rewards; model: the token stream)")
+    transcripts: str | None = arg(
+        None,
+        "write every episode to this JSONL file (overwritten): task, trial, metrics, turn rewards and its text "
+        "(model: from the first model turn on, the prompt left out)",
+    )
 
     def __post_init__(self) -> None:
         if self.env not in agentgym_turn.ENV_SPECS:
@@ -135,8 +141,18 @@ def task_seeds(seed: int, n: int) -> list[int]:
     return [int(rng.integers(1 << 31)) for _ in range(n)]
 
 
-Played = tuple[list[EpisodeResult], int, list[str]]
-"""What a runner returns: the scored episodes, the generated tokens, and the transcripts of ``--show`` episodes."""
+@dataclass
+class Transcript:
+    """One played episode as text: ``full`` for ``--show`` (a model's whole token stream), ``text`` for
+    ``--transcripts`` (a model's from its first turn on), and its per-turn reward components."""
+
+    full: str
+    text: str
+    turn_rewards: list[dict[str, float]]
+
+
+Played = tuple[list[EpisodeResult], int, list[Transcript]]
+"""What a runner returns: the scored episodes, the generated tokens, and one transcript per episode."""
 
 
 def run_scripted(cfg: EvalConfig, env_kwargs: dict[str, Any], trials: int) -> Played:
@@ -144,7 +160,7 @@ def run_scripted(cfg: EvalConfig, env_kwargs: dict[str, Any], trials: int) -> Pl
     env = gym.make(cfg.env, **env_kwargs)
     policy = get_scripted_policy(env, cfg.model[len("scripted:") :])
     results: list[EpisodeResult] = []
-    shown: list[str] = []
+    shown: list[Transcript] = []
     try:
         for group, task_seed in enumerate(task_seeds(cfg.seed, cfg.episodes)):
             task = None
@@ -153,8 +169,9 @@ def run_scripted(cfg: EvalConfig, env_kwargs: dict[str, Any], trials: int) -> Pl
                 log = run_episode(env, policy, seed=task_seed + trial, options=options)
                 task = env.unwrapped.task if task is None else task
                 results.append(EpisodeResult(group, trial, log.metrics, truncated=not log.terminated))
-                if len(shown) < cfg.show:
-                    shown.append(format_episode(log))
+                text = format_episode(log)
+                rewards = [dict(info.get("reward_components", {})) for info in log.infos]
+                shown.append(Transcript(text, text, rewards))
     finally:
         env.close()
     return results, 0, shown
@@ -202,8 +219,24 @@ def run_model(cfg: EvalConfig, env_kwargs: dict[str, Any], budgets: dict[str, An
         trial = trial_of.get(ep.group, 0)
         trial_of[ep.group] = trial + 1
         results.append(EpisodeResult(ep.group, trial, ep.metrics, truncated=ep.truncated))
-    shown = [f"{decode(tok, e.token_ids.tolist())}\n    -> turn rewards {e.turn_rewards}" for e in episodes[: cfg.show]]
+    shown = []
+    for e in episodes:
+        first = int(np.flatnonzero(e.loss_mask)[0]) if e.loss_mask.any() else len(e.token_ids)
+        full = f"{decode(tok, e.token_ids.tolist())}\n    -> turn rewards {e.turn_rewards}"
+        shown.append(Transcript(full, decode(tok, e.token_ids[first:].tolist()), e.turn_rewards))
     return results, stats.policy_tokens, shown
+
+
+def write_transcripts(path: Path, results: list[EpisodeResult], transcripts: list[Transcript]) -> None:
+    """``--transcripts``: one JSON line per episode (task index, trial, metrics, turn rewards, text), replacing
+    the file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        for r, t in zip(results, transcripts, strict=True):
+            rewards = [{k: float(v) for k, v in turn.items()} for turn in t.turn_rewards]
+            row = {"task": r.group, "trial": r.trial, "metrics": {k: float(v) for k, v in r.metrics.items()},
+                   "turn_rewards": rewards, "text": t.text}  # fmt: skip
+            f.write(json.dumps(row, sort_keys=True) + "\n")
 
 
 def git_sha() -> str:
@@ -227,8 +260,10 @@ def evaluate(cfg: EvalConfig) -> ResultRow:
         episodes, tokens, shown = run_model(cfg, env_kwargs, budgets)
         engine = "openai" if cfg.kind == "openai" else cfg.engine
     seconds = time.perf_counter() - start
-    for i, text in enumerate(shown):
-        print(f"=== episode {i} ===\n{text}")
+    for i, shown_ep in enumerate(shown[: cfg.show]):
+        print(f"=== episode {i} ===\n{shown_ep.full}")
+    if cfg.transcripts:
+        write_transcripts(Path(cfg.transcripts), episodes, shown)
     metrics = compute_metrics(cfg.family, episodes, trials=budgets["trials"], seed=cfg.seed)
     row = ResultRow(
         env_id=cfg.env,

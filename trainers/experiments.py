@@ -34,7 +34,8 @@ every arm at the same number of seeds). Each run is a subprocess ``python -m tra
 <run> --resume``: ``--resume`` continues from the run's last checkpoint (a fresh start when there is none), so a
 run killed at any point loses at most the step in flight. After training, the final policy is evaluated greedily
 on the held-out tasks by ``python -m leaderboards.evaluate`` (its row, with bootstrap CIs over tasks, goes to
-``<run>/final-eval/``), and only then ``<run>/DONE.json`` is written; a run with it is skipped. ``<run>/run.json``
+``<run>/final-eval/``, every episode's text to ``<run>/final-eval/transcripts/``), and only then
+``<run>/DONE.json`` is written; a run with it is skipped. ``<run>/run.json``
 records the spec, arm, seed, the exact command and the git sha of every attempt; a run whose command changed since
 it started (the spec was edited) stops the runner instead of mixing two configs.
 
@@ -301,12 +302,14 @@ def train_command(spec: Spec, run: Run, warm: Path | None) -> list[str]:
 
 def eval_commands(spec: Spec, policy: Path, out: Path, budget: Mapping[str, Any]) -> list[list[str]]:
     """One ``python -m leaderboards.evaluate`` per env id: greedy, the held-out tasks, ``budget`` (see
-    :func:`eval_budget`) as flags."""
+    :func:`eval_budget`) as flags; every episode's text goes to ``out/transcripts/<env>.jsonl`` (committed with the
+    results: what the final policy does, readable without its weights)."""
     cmds = []
     for env_id in spec.env:
+        transcripts = out / "transcripts" / (env_id.rpartition("/")[2] + ".jsonl")
         cmd = [sys.executable, "-m", "leaderboards.evaluate", "--env", env_id, "--model", str(policy),
                "--episodes", str(spec.eval.tasks), "--seed", str(spec.eval.seed), "--temperature", "0",
-               "--results-dir", str(out), "--no-tables"]  # fmt: skip
+               "--results-dir", str(out), "--no-tables", "--transcripts", str(transcripts)]  # fmt: skip
         for key, value in budget.items():
             cmd += ["--" + key.replace("_", "-"), str(value)]
         for key, value in spec.eval.env_kwargs.items():

@@ -138,6 +138,19 @@ def test_show_prints_the_scripted_conversation(tmp_path: Path, capsys: pytest.Ca
     assert "[assistant] The value is \\boxed{" in out and "-> reward +1.000" in out
 
 
+def test_transcripts_write_every_scripted_episode(tmp_path: Path) -> None:
+    path = tmp_path / "t" / "arith.jsonl"
+    path.parent.mkdir()
+    path.write_text("stale\n")  # replaced, not appended to
+    run(tmp_path, "--env", "TurnRL/Arithmetic-v0", "--model", "scripted:oracle", "--episodes", "3", "--trials", "2",
+        "--no-tables", "--transcripts", str(path))  # fmt: skip
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(r["task"], r["trial"]) for r in rows] == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
+    for r in rows:
+        assert "[assistant] The value is \\boxed{" in r["text"]
+        assert r["metrics"]["env/success"] == 1.0 and len(r["turn_rewards"]) >= 1
+
+
 @pytest.fixture(scope="module")
 def random_model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A 1-layer randomly initialised Llama saved with SmolLM2's tokenizer (exercises the HF path, not language)."""
@@ -170,6 +183,21 @@ def test_local_model_path_plays_through_the_trainer_rollouts(tmp_path: Path, ran
     assert 0 < row.policy_tokens <= 3 * 2 * 6
     assert row.metrics["success"]["estimate"] == 0.0  # random weights do not box the right integer
     assert row.metrics["success"]["n_tasks"] == 3
+
+
+def test_model_transcripts_start_at_the_first_model_turn(tmp_path: Path, random_model_dir: str) -> None:
+    from agentgym_turn.models import load_tokenizer
+
+    path = tmp_path / "transcripts.jsonl"
+    row = run(tmp_path, "--env", "TurnRL/Arithmetic-v0", "--model", random_model_dir, "--episodes", "2",
+              "--max-new-tokens", "5", "--max-turns", "1", "--threads", "1", "--no-tables", "--engine",
+              "transformers", "--transcripts", str(path))  # fmt: skip
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(rows) == 2 and {r["task"] for r in rows} == {0, 1}
+    tok = load_tokenizer("smollm2")
+    generated = sum(len(tok(r["text"], add_special_tokens=False)["input_ids"]) for r in rows)
+    assert 0 < generated <= row.policy_tokens + 2  # the model's tokens only: no system prompt, no question
+    assert all("<|im_start|>system" not in r["text"] for r in rows)
 
 
 def test_tables_cli_redraws_from_rows_alone(tmp_path: Path) -> None:

@@ -221,6 +221,8 @@ strategy = "grpo_or"
     assert all((runs / "tiny" / d / DONE).is_file() for d in ("warm_start", "or/seed0"))
     row = json.loads((first / "final-eval" / "Arithmetic-v0.jsonl").read_text().splitlines()[-1])
     assert row["episodes"] == 2 and row["seed"] == 3 and row["temperature"] == 0.0 and row["engine"] == "transformers"
+    told = [json.loads(line) for line in (first / "final-eval" / "transcripts" / "Arithmetic-v0.jsonl").open()]
+    assert [t["task"] for t in told] == [0, 1] and all("text" in t and "turn_rewards" in t for t in told)
 
     res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and res.stdout.count("done, skipped") == 1, res.stdout + res.stderr[-2000:]
