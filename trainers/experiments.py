@@ -673,7 +673,45 @@ def render_table(spec: Spec, table: Mapping[str, Mapping[str, Any]]) -> str:
         for key in cost_keys:
             cells.append(f"{entry[key]:.1f}" if key in entry else "")
         lines.append("| " + " | ".join(cells) + " |")
+    for arm, row in reported_for_arms(spec, list(table)):
+        cells = [f"{arm}: {row.model}", f"**reported** ({row.source})"]
+        cells += [_reported_cell(row.values.get(key)) for key in metric_keys]
+        lines.append("| " + " | ".join(cells + [""] * len(cost_keys)) + " |")
     return "\n".join(lines) + "\n"
+
+
+#: How the papers name a strategy in their tables, where it is not the id in capitals with hyphens.
+PAPER_NAMES = {"gigpo": "GiGPO", "turn_ppo": "Turn-PPO"}
+
+
+def paper_name(strategy: str) -> str:
+    """``mt_grpo`` -> ``MT-GRPO``: the strategy as the papers' result tables name it."""
+    return PAPER_NAMES.get(strategy, strategy.upper().replace("_", "-"))
+
+
+def reported_for_arms(spec: Spec, arms: Sequence[str]) -> list[tuple[str, Any]]:
+    """The papers' reported rows (``leaderboards.reported``) of the spec's env whose model was trained with an
+    arm's strategy (``... + MT-GRPO``), or, for ``"warm start"``, trained with nothing (the papers' starting
+    models), as ``(arm, row)``, for the table beside ours. A single-env spec only."""
+    from leaderboards.families import family_for
+    from leaderboards.reported import reported_rows
+
+    if len(spec.env) != 1:
+        return []
+    by_name = {arm.name: arm for arm in spec.arms}
+    rows = reported_rows(family_for(spec.env[0]).name, spec.env[0])
+    out = []
+    for name in arms:
+        if name == "warm start":
+            out += [(name, row) for row in rows if " + " not in row.model and row.group is None]
+        elif name in by_name:
+            label = " + " + paper_name(by_name[name].strategy)
+            out += [(name, row) for row in rows if row.model.endswith(label) and row.group is None]
+    return out
+
+
+def _reported_cell(value: float | None) -> str:
+    return "" if value is None else f"{value:.3f}"
 
 
 # ---------------------------------------------------------------------------------------------------- CLI

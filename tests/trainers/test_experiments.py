@@ -24,6 +24,8 @@ from trainers.experiments import (
     flags,
     load_spec,
     main,
+    paper_name,
+    render_table,
     seed_band,
     train_command,
 )
@@ -94,6 +96,23 @@ def test_committed_specs_load_and_compare_the_papers_strategies():
     ppo = _config_of(specs["sokoban_mtppo"], sokoban_runs["mt_ppo"], None)
     assert cfg.algo == "grpo" and ppo.algo == "ppo" and gigpo.overrides == {"tasks_per_step": 1, "group_size": 4}
     assert cfg.tasks_per_step * cfg.group_size == ppo.tasks_per_step * ppo.group_size  # same episodes a step
+
+
+def test_tables_show_the_papers_reported_rows_beside_the_arms_that_ran():
+    spec = load_spec(REPO / "experiments" / "wiki_mtgrpo.toml")
+    metric = {"estimate": 0.2, "low": 0.1, "high": 0.3}
+    text = render_table(
+        spec, {"warm start": {"runs": 1, "exact_match": metric}, "mt_grpo": {"runs": 2, "exact_match": metric}}
+    )
+    lines = text.splitlines()
+    assert "| mt_grpo | 2 | 0.200 [0.100, 0.300] |" in text
+    assert "| mt_grpo: Qwen2.5-7B-Base + MT-GRPO | **reported** (000 Table 2) | 0.501 |" in lines  # 000 Table 2's EM
+    assert "| warm start: Qwen2.5-7B-Base | **reported** (000 Table 2) | 0.047 |" in lines
+    reported = [line for line in lines if "**reported**" in line]
+    assert len(reported) == 3 and not any("GRPO-OR" in r or "GRPO-MR" in r for r in reported)  # arms not run: none
+    assert [paper_name(s) for s in ("ppo_mr", "mt_grpo_rtg", "gigpo", "turn_ppo")] == [
+        "PPO-MR", "MT-GRPO-RTG", "GiGPO", "Turn-PPO"
+    ]  # fmt: skip
 
 
 def test_a_changed_spec_refuses_to_resume_a_started_run(tmp_path):
