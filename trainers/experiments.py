@@ -26,6 +26,7 @@ same command; its evaluation goes to ``rebuilt-eval/`` and is compared with the 
     [eval]                                # held-out greedy evaluation (trainers.evaluation)
     tasks = 64
     every = 10                            # also inside training, as eval/... in metrics.jsonl
+    paired = "env/exact_match"            # table: each arm's change from the warm start on the same tasks
     [arms.grpo_or]
     strategy = "grpo_or"                  # + any RLConfig field that differs for this arm
 
@@ -77,6 +78,7 @@ BOOTSTRAP_SAMPLES = 2000
 DONE = "DONE.json"
 RUNS_DIR = "experiments/runs"  # committed: every run's results (weights and checkpoints are .gitignored)
 AGGREGATES_DIR = Path("leaderboards/experiments")  # the committed grids' curves and tables
+PAIRED = "paired_delta"  # the table entry of an arm's paired change from the warm start
 COST_COLUMNS = (  # (table header, metrics.jsonl key, how steps combine)
     ("wall s", "perf/step_seconds", "sum"),
     ("rollout s", "rollout/seconds", "sum"),
@@ -114,12 +116,15 @@ class WarmStart:
 @dataclass(frozen=True)
 class EvalSpec:
     """Held-out greedy evaluation: ``tasks`` tasks drawn by ``seed`` with ``env_kwargs`` over the family's held-out
-    kwargs; ``every`` N steps inside training (0 = only the final evaluation)."""
+    kwargs; ``every`` N steps inside training (0 = only the final evaluation); ``paired``: an episode metric
+    (``env/exact_match``) whose change from the warm start the table gives per arm, paired on the same tasks
+    (:func:`paired_delta`, from the final evaluations' transcripts)."""
 
     tasks: int = 64
     seed: int = 12_345
     every: int = 0
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    paired: str | None = None
 
 
 @dataclass(frozen=True)
@@ -224,7 +229,7 @@ def load_spec(path: str | Path) -> Spec:
         _check_fields(f"{where} [warm_start]", list(table), {"module": None, "args": None, "__name__": "warm_start"})
         warm = WarmStart(table.get("module", "trainers.sft"), dict(table.get("args", {})))
     ev = dict(data.get("eval", {}))
-    _check_fields(f"{where} [eval]", list(ev), {k: None for k in ("tasks", "seed", "every", "env_kwargs")})
+    _check_fields(f"{where} [eval]", list(ev), {k: None for k in ("tasks", "seed", "every", "env_kwargs", "paired")})
     eval_spec = EvalSpec(**ev)
     if eval_spec.tasks < 1 or eval_spec.every < 0:
         raise InvalidArgument(f"{where} [eval]: tasks={eval_spec.tasks} must be >= 1 and every={eval_spec.every} >= 0.")
@@ -575,6 +580,44 @@ def _final_rows(run_dir: Path) -> list[Any]:
     return read_rows(run_dir / "final-eval") if (run_dir / "final-eval").is_dir() else []
 
 
+def task_values(run_dir: Path, key: str) -> dict[int, float] | None:
+    """Per held-out task, the mean of episode metric ``key`` over its trials in the run's final-evaluation
+    transcripts (one env), or None without transcripts."""
+    from trainers.metrics import read_jsonl
+
+    files = sorted((run_dir / "final-eval" / "transcripts").glob("*.jsonl"))
+    if len(files) != 1:
+        return None
+    per_task: dict[int, list[float]] = {}
+    for row in read_jsonl(files[0]):
+        if key not in row["metrics"]:
+            raise InvalidArgument(f"{files[0]}: episode metric {key!r} missing; it has {sorted(row['metrics'])}.")
+        per_task.setdefault(int(row["task"]), []).append(float(row["metrics"][key]))
+    return {t: float(np.mean(v)) for t, v in per_task.items()}
+
+
+def paired_delta(arm: Sequence[Mapping[int, float]], base: Mapping[int, float], seed: int = 0) -> dict[str, float]:
+    """The arm's mean change from ``base`` on the same tasks, ``mean_s mean_t (arm[s][t] - base[t])``, with a 95%
+    hierarchical percentile bootstrap (seeds resampled, then tasks): the paired comparison a CI per arm cannot make
+    (two arms' CIs over tasks overlap even when one beats the other on most tasks).
+
+    ``paired_delta([{0: 1, 1: 1}], {0: 0, 1: 1})`` -> estimate 0.5 (task 0 gained, task 1 unchanged).
+    """
+    tasks = sorted(base)
+    if not arm or any(sorted(a) != tasks for a in arm):
+        raise InvalidArgument("paired_delta needs every run evaluated on the warm start's tasks.")
+    diffs = np.array([[a[t] - base[t] for t in tasks] for a in arm])  # (seeds, tasks)
+    rng = np.random.default_rng(seed)
+    n_s, n_t = diffs.shape
+    boots = np.empty(BOOTSTRAP_SAMPLES)
+    for b in range(BOOTSTRAP_SAMPLES):
+        rows = diffs[rng.integers(0, n_s, n_s)]
+        boots[b] = rows[:, rng.integers(0, n_t, n_t)].mean()
+    alpha = (1.0 - CONFIDENCE) / 2
+    low, high = np.quantile(boots, [alpha, 1.0 - alpha])
+    return {"estimate": float(diffs.mean()), "low": float(low), "high": float(high), "seeds": n_s}
+
+
 def arm_metric(per_seed: Sequence[Mapping[str, float]]) -> dict[str, float]:
     """An arm's held-out metric from its seeds' ``{estimate, low, high}``: mean over seeds with a bootstrap CI over
     seeds, or the single run's own CI over tasks."""
@@ -599,6 +642,8 @@ def aggregate(spec: Spec, root: Path, out: Path) -> dict[str, Any]:
     for arm in spec.arms:
         groups.append((arm.name, [(r.seed, r.out_dir) for r in spec.runs(root) if r.arm.name == arm.name]))
     table: dict[str, dict[str, Any]] = {}
+    warm_done = spec.warm_start is not None and run_state(spec.warm_dir(root)) == "done"
+    base = task_values(spec.warm_dir(root), spec.eval.paired) if spec.eval.paired and warm_done else None
     for arm, cells in groups:
         finals: dict[str, list[dict]] = {}
         cost_rows: list[dict[str, float]] = []
@@ -634,6 +679,12 @@ def aggregate(spec: Spec, root: Path, out: Path) -> dict[str, Any]:
             if values:
                 entry[header] = float(np.mean(values))
         entry["runs"] = len(cost_rows)
+        if spec.eval.paired and arm != "warm start" and base is not None:
+            per_run = [
+                task_values(run_dir, spec.eval.paired) for _seed, run_dir in cells if run_state(run_dir) == "done"
+            ]
+            if all(v is not None for v in per_run):
+                entry[PAIRED] = paired_delta([v for v in per_run if v is not None], base)
         table[arm] = entry
     with open(out / "runs.jsonl", "w") as f:
         for rec in records:
@@ -653,30 +704,40 @@ def aggregate(spec: Spec, root: Path, out: Path) -> dict[str, Any]:
 
 def render_table(spec: Spec, table: Mapping[str, Mapping[str, Any]]) -> str:
     """Markdown: one row per arm, the held-out metrics as ``mean [low, high]``, then the cost columns."""
-    metric_keys = sorted({k for entry in table.values() for k, v in entry.items() if isinstance(v, dict)})
+    metric_keys = sorted({k for entry in table.values() for k, v in entry.items() if isinstance(v, dict)} - {PAIRED})
+    paired = [PAIRED] if any(PAIRED in e for e in table.values()) else []
     cost_keys = [h for h, _k, _how in COST_COLUMNS if any(h in e for e in table.values())]
-    head = ["arm", "runs", *metric_keys, *cost_keys]
+    head = ["arm", "runs", *metric_keys, *[f"Δ {spec.eval.paired} vs warm start (paired)" for _ in paired], *cost_keys]
     lines = [
         f"### {spec.title or spec.name}",
         "",
         f"Held-out greedy evaluation ({spec.eval.tasks} tasks, seed {spec.eval.seed}) of the final policy: mean over "
-        "seeds [95% bootstrap CI over seeds; with one run, over tasks]. Costs: mean per run.",
+        "seeds [95% bootstrap CI over seeds; with one run, over tasks]. "
+        + (
+            "Δ: the mean change from the warm start on the same tasks [95% bootstrap over seeds and tasks]. "
+            if paired
+            else ""
+        )
+        + "Costs: mean per run.",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
     ]
     for arm, entry in table.items():
         cells = [arm, str(entry["runs"])]
-        for key in metric_keys:
+        for key in [*metric_keys, *paired]:
             m = entry.get(key)
-            cells.append("" if m is None else f"{m['estimate']:.3f} [{m['low']:.3f}, {m['high']:.3f}]")
+            sign = "+" if key == PAIRED else ""
+            cells.append(
+                "" if m is None else f"{m['estimate']:{sign}.3f} [{m['low']:{sign}.3f}, {m['high']:{sign}.3f}]"
+            )
         for key in cost_keys:
             cells.append(f"{entry[key]:.1f}" if key in entry else "")
         lines.append("| " + " | ".join(cells) + " |")
     for arm, row in reported_for_arms(spec, list(table)):
         cells = [f"{arm}: {row.model}", f"**reported** ({row.source})"]
         cells += [_reported_cell(row.values.get(key)) for key in metric_keys]
-        lines.append("| " + " | ".join(cells + [""] * len(cost_keys)) + " |")
+        lines.append("| " + " | ".join(cells + [""] * (len(paired) + len(cost_keys))) + " |")
     return "\n".join(lines) + "\n"
 
 

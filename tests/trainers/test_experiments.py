@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from agentgym_turn.error import InvalidArgument
 from leaderboards.tables import ResultRow, append_row
 from trainers.experiments import (
     DONE,
@@ -24,6 +25,7 @@ from trainers.experiments import (
     flags,
     load_spec,
     main,
+    paired_delta,
     paper_name,
     render_table,
     seed_band,
@@ -113,6 +115,19 @@ def test_tables_show_the_papers_reported_rows_beside_the_arms_that_ran():
     assert [paper_name(s) for s in ("ppo_mr", "mt_grpo_rtg", "gigpo", "turn_ppo")] == [
         "PPO-MR", "MT-GRPO-RTG", "GiGPO", "Turn-PPO"
     ]  # fmt: skip
+
+
+def test_paired_delta_by_hand_and_its_bootstrap_over_seeds_and_tasks():
+    base = {0: 0.0, 1: 1.0, 2: 0.0, 3: 0.0}
+    one = paired_delta([{0: 1.0, 1: 1.0, 2: 0.0, 3: 0.0}], base)
+    assert one["estimate"] == 0.25 and 0.0 <= one["low"] <= 0.25 <= one["high"] <= 0.75  # one task gained
+    same = paired_delta([dict(base), dict(base)], base)  # no change on any task: no width at all
+    assert (same["estimate"], same["low"], same["high"]) == (0.0, 0.0, 0.0)
+    # every task gains 1 in one seed and 0 in the other: a task bootstrap alone would give no width
+    split = paired_delta([{t: v + 1 for t, v in base.items()}, dict(base)], base)
+    assert split["estimate"] == 0.5 and split["low"] == 0.0 and split["high"] == 1.0
+    with pytest.raises(InvalidArgument, match="warm start's tasks"):
+        paired_delta([{0: 1.0}], base)
 
 
 def test_a_changed_spec_refuses_to_resume_a_started_run(tmp_path):
@@ -206,6 +221,7 @@ engine = "transformers"
 [eval]
 tasks = 2
 seed = 3
+paired = "env/success"
 [arms.or]
 strategy = "grpo_or"
 """,
@@ -248,6 +264,11 @@ strategy = "grpo_or"
 
     table = aggregate(load_spec(spec), runs, tmp_path / "agg")
     assert set(table) == {"warm start", "or"} and table["or"]["success"]["ci"] == "tasks"
+    warm = [json.loads(line) for line in (runs / "tiny" / "warm_start" / "final-eval" / "transcripts" /
+                                          "Arithmetic-v0.jsonl").open()]  # fmt: skip
+    gain = np.mean([t["metrics"]["env/success"] for t in told]) - np.mean([t["metrics"]["env/success"] for t in warm])
+    assert table["or"]["paired_delta"]["estimate"] == pytest.approx(gain)
+    assert "Δ env/success vs warm start (paired)" in (tmp_path / "agg" / "table.md").read_text()
     rows = [json.loads(line) for line in (tmp_path / "agg" / "runs.jsonl").read_text().splitlines()]
     assert [(r["arm"], r["seed"]) for r in rows] == [("warm start", 0), ("or", 0)]
     assert rows[1]["config"]["strategy"] == "grpo_or" and rows[1]["config"]["steps"] == 12
