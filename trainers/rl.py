@@ -133,10 +133,10 @@ class RLConfig:
     )
     aggregation: str = arg("seq_mean_token_mean", "loss reduction", choices=("seq_mean_token_mean", "token_mean"))
     ratio_level: str = arg(
-        "token",
+        "auto",
         "importance ratio of the clipped loss: per token (PPO), per policy turn (Turn-PPO / ST-PPO: the geometric "
-        "mean of the turn's token ratios, clipped as one), or per sequence (GSPO)",
-        choices=RATIO_LEVELS,
+        "mean of the turn's token ratios, clipped as one), or per sequence (GSPO); auto: turn for turn_ppo, else token",
+        choices=("auto", *RATIO_LEVELS),
     )
     gamma: float = arg(1.0, "GAE discount (001: 1.0)")
     gae_lambda: float = arg(1.0, "GAE lambda (001: 1.0)")
@@ -193,6 +193,8 @@ class RLConfig:
         if self.credit is not None:
             self.strategy = CREDIT[self.algo][self.credit]
         get_strategy(self.strategy)  # unknown names raise with "did you mean"
+        if self.ratio_level == "auto":  # Turn-PPO clips whole turns; every other strategy is token-level PPO/GRPO
+            self.ratio_level = "turn" if self.strategy == "turn_ppo" else "token"
         import gymnasium as gym
 
         import agentgym_turn  # noqa: F401  (registers the TurnRL ids)

@@ -64,7 +64,7 @@ def _weights(path: str) -> dict:
         ("mt_ppo", {"kl_coef": 0.01, "dtype": "bfloat16"}),  # bf16 weights, fp32 masters (issue 11 item 4)
         ("mt_grpo", {"kl_coef": 0.01, "tree": True, "dtype": "bfloat16", "share_prefix": False}),
         ("grpo_mr", {"lora_rank": 2, "kl_coef": 0.01, "dtype": "bfloat16"}),
-        ("turn_ppo", {"kl_coef": 0.01, "ratio_level": "turn"}),  # Turn-PPO with its turn-level ratio (issue 15)
+        ("turn_ppo", {"kl_coef": 0.01}),  # Turn-PPO, with its turn-level ratio by default (issue 15)
     ],
 )
 def test_tiny_training_run_moves_weights_and_losses_are_finite(tmp_path, tiny_model_dir, strategy, extra):
@@ -150,6 +150,15 @@ def test_credit_flag_picks_the_family_strategy():
     cfg = parse_config(RLConfig, ["--algo", "grpo", "--credit", "mr"], prog="t", description="")
     assert cfg.strategy == "grpo_mr"
     assert parse_config(RLConfig, ["--credit", "or"], prog="t", description="").strategy == "ppo_or"
+
+
+def test_ratio_level_auto_is_turn_for_turn_ppo_only():
+    def level(*argv: str) -> str:
+        return parse_config(RLConfig, list(argv), prog="t", description="").ratio_level
+
+    assert level("--strategy", "turn_ppo") == "turn" and level("--strategy", "mt_ppo") == "token"
+    assert level("--strategy", "turn_ppo", "--ratio-level", "token") == "token"  # a flag given wins
+    assert level("--strategy", "grpo_mr", "--ratio-level", "sequence") == "sequence"
 
 
 @pytest.mark.slow
