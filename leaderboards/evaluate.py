@@ -144,7 +144,8 @@ def task_seeds(seed: int, n: int) -> list[int]:
 @dataclass
 class Transcript:
     """One played episode as text: ``full`` for ``--show`` (a model's whole token stream), ``text`` for
-    ``--transcripts`` (a model's from its first turn on), and its per-turn reward components."""
+    ``--transcripts`` (a model's from its first turn on; the response of ``trainers.credit.response_mask``), and
+    its per-turn reward components. A model's field that neither flag needs is left empty."""
 
     full: str
     text: str
@@ -152,7 +153,8 @@ class Transcript:
 
 
 Played = tuple[list[EpisodeResult], int, list[Transcript]]
-"""What a runner returns: the scored episodes, the generated tokens, and one transcript per episode."""
+"""What a runner returns: the scored episodes, the generated tokens, and the transcripts of the first ``--show``
+episodes (of every episode with ``--transcripts``)."""
 
 
 def run_scripted(cfg: EvalConfig, env_kwargs: dict[str, Any], trials: int) -> Played:
@@ -169,9 +171,10 @@ def run_scripted(cfg: EvalConfig, env_kwargs: dict[str, Any], trials: int) -> Pl
                 log = run_episode(env, policy, seed=task_seed + trial, options=options)
                 task = env.unwrapped.task if task is None else task
                 results.append(EpisodeResult(group, trial, log.metrics, truncated=not log.terminated))
-                text = format_episode(log)
-                rewards = [dict(info.get("reward_components", {})) for info in log.infos]
-                shown.append(Transcript(text, text, rewards))
+                if len(shown) < cfg.show or cfg.transcripts:
+                    text = format_episode(log)
+                    rewards = [dict(info.get("reward_components", {})) for info in log.infos]
+                    shown.append(Transcript(text, text, rewards))
     finally:
         env.close()
     return results, 0, shown
@@ -180,6 +183,7 @@ def run_scripted(cfg: EvalConfig, env_kwargs: dict[str, Any], trials: int) -> Pl
 def run_model(cfg: EvalConfig, env_kwargs: dict[str, Any], budgets: dict[str, Any]) -> Played:
     """Roll out a local or served model with the trainer's engines and rollouts (token-in-token-out)."""
     from agentgym_turn.models import load_causal_lm, load_tokenizer, resolve_model_path
+    from trainers.credit import response_mask
     from trainers.engines import make_engine, resolve_engine, stop_token_ids
     from trainers.rollout import EnvPool, RolloutConfig, collect, decode, engine_actor
 
@@ -219,11 +223,11 @@ def run_model(cfg: EvalConfig, env_kwargs: dict[str, Any], budgets: dict[str, An
         trial = trial_of.get(ep.group, 0)
         trial_of[ep.group] = trial + 1
         results.append(EpisodeResult(ep.group, trial, ep.metrics, truncated=ep.truncated))
-    shown = []
-    for e in episodes:
-        first = int(np.flatnonzero(e.loss_mask)[0]) if e.loss_mask.any() else len(e.token_ids)
-        full = f"{decode(tok, e.token_ids.tolist())}\n    -> turn rewards {e.turn_rewards}"
-        shown.append(Transcript(full, decode(tok, e.token_ids[first:].tolist()), e.turn_rewards))
+    shown = []  # decoded only where printed (--show) or written (--transcripts)
+    for i, e in enumerate(episodes[: len(episodes) if cfg.transcripts else cfg.show]):
+        full = f"{decode(tok, e.token_ids.tolist())}\n    -> turn rewards {e.turn_rewards}" if i < cfg.show else ""
+        text = decode(tok, e.token_ids[response_mask(e)].tolist()) if cfg.transcripts else ""
+        shown.append(Transcript(full, text, e.turn_rewards))
     return results, stats.policy_tokens, shown
 
 

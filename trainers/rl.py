@@ -335,13 +335,11 @@ def pack_minibatch(episodes: Sequence[Episode], indices: Sequence[int], cfg: RLC
     return M.pack_episodes(episodes, indices, cfg.pack_tokens)
 
 
-def ratio_segments(ep: Episode, level: str) -> np.ndarray | None:
-    """One ratio-segment id per token of ``ep`` for ``--ratio-level`` (None for ``token``): its policy turn
-    (``turn``; prompt/env tokens -1) or 0 for every token (``sequence``)."""
-    if level not in RATIO_LEVELS:
-        raise InvalidArgument(f"ratio level {level!r} is not one of {RATIO_LEVELS}.")
-    if level == "token":
-        return None
+def ratio_segments(ep: Episode, level: str) -> np.ndarray:
+    """One ratio-segment id per token of ``ep`` for ``--ratio-level turn`` (its policy turn; prompt/env tokens -1)
+    or ``sequence`` (0 for every token); the token-level ratio needs none."""
+    if level not in ("turn", "sequence"):
+        raise InvalidArgument(f"ratio level {level!r} has no segments; use 'turn' or 'sequence'.")
     return ep.turn_index.astype(np.int64) if level == "turn" else np.zeros(len(ep.token_ids), dtype=np.int64)
 
 
