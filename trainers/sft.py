@@ -34,29 +34,31 @@ second hop, 0 of the 13 two-hop questions (39 of 51 one-hop ones right); at turn
 the search-again token p = 0.02-0.12, as a quarter of the demonstrations search again and each such decision is one
 of ~75 policy tokens.
 
-**Sokoban**: ``scripted:bfs`` alone (was 70% BFS / 30% random). The same weighting, per turn: a random episode
-opens each of its 3 turns with ``<think>Random moves.`` and has fewer policy tokens (55 against 74; BFS episodes end
-early), so in the 64 demonstrations of seed 0 (37.5% random by the draw) ``Random`` carried 52% of the loss weight
-of the token that opens a turn; greedy SmolLM2 then played about as the random policy does (success 0.047,
-effective action rate 0.145; random: 0.008, 0.171). Measured (BFS only, the 48 steps above, one run, 26 min loaded):
-NLL 1.445 -> 0.100; greedy on 64 held-out rooms (``leaderboards.evaluate --seed 12345``, the rooms of this module's
-own evaluation; seed 0 would draw the demonstration rooms), vLLM: success 0.312 [0.203, 0.422] (18 of the 60 rooms
-that are not also among the demonstrations: the generator repeats rooms, 418 distinct in 512 draws), effective
-action rate 0.672 [0.581, 0.758]; 179 of 179 turns well formed, every action name valid, 80% of actions change the
-state. It re-plans each turn from the new board, but its plans are often the demonstrations' common shapes: the
-first action lies on a shortest solution in 75% of rooms (random 23%), a whole turn in 40% of turns (random 11%),
-and 23 turns push the box into a dead end. Two variants on the same rooms, not taken: 2 episodes per step (96 steps,
-same tokens) success 0.359 [0.250, 0.484], effective action rate 0.618: within the noise; 192 demonstrations x 1
-epoch (48 steps, same tokens, 3x the rooms) success 0.156, 8 of the 55 rooms that are not among its demonstrations
-(this run: 17 of the same 55): three passes over fewer rooms teach more than one pass over more. Half the oracle
-(0.5) is not reached; what is left is planning, which the paper's 3B model got from 300 RL steps (Table 5: MT-PPO
-0.66). Two more variants (same 64 rooms and 48 steps, same held-out rooms, vLLM greedy), not taken: a ``<think>``
-that first locates the player, box and target (``Player at row 3, column 3. Box at ...``) before the plan: success
-0.266 [0.156, 0.375], and the locations it writes are right in 2 of 64 first turns (the player's in 9): SmolLM2's
-tokenizer merges ``__`` and ``####`` runs, so a cell's column is not a token position and the model does not learn
-to count it from 64 rooms; the board with one token per cell (cells separated by spaces, an observation change
-tried on a scratch copy of the env): success 0.062 [0.016, 0.125]; it played one memorised opening (``Up, Up,
-Left``) whatever the room. Next to try: thousands of demonstrations, then RL.
+**Sokoban**: ``scripted:bfs`` alone (was 70% BFS / 30% random), on 512 rooms (was 64). The same weighting, per
+turn: a random episode opens each of its 3 turns with ``<think>Random moves.`` and has fewer policy tokens (55
+against 74; BFS episodes end early), so in the 64 demonstrations of seed 0 (37.5% random by the draw) ``Random``
+carried 52% of the loss weight of the token that opens a turn; greedy SmolLM2 then played about as the random policy
+does (success 0.047, effective action rate 0.145; random: 0.008, 0.171). All measurements below: greedy on the 64
+held-out rooms of ``leaderboards.evaluate --seed 12345`` (this module's own evaluation draws the same rooms; seed 0
+would draw the demonstration rooms), vLLM, one run each; "unseen" counts the rooms that are not also among the
+demonstrations (the generator repeats rooms: 418 distinct in 512 draws).
+
+* **512 demonstrations x 3 epochs / 4 per step = 384 steps** (the default): NLL 1.151 -> 0.023, 88 min on one
+  thread beside a training run (~12 s a step; 2 threads on an idle machine are faster); success **0.562 [0.438,
+  0.688]** (27 of the 48 unseen rooms, 9 of the 16 seen), effective action rate 0.885 [0.833, 0.930]: half the BFS
+  oracle's 1.0. Its first action lies on a shortest solution in 63 of 64 rooms and a whole turn in 74% of turns;
+  16 turns push the box into a dead end.
+* 64 demonstrations x 3 epochs (48 steps, the default until 2026-11-23): NLL 1.445 -> 0.100; success 0.312 [0.203,
+  0.422] (18 of 60 unseen), effective action rate 0.672 [0.581, 0.758]; every turn well formed and every action
+  name valid, but its plans were often the demonstrations' common shapes: first action on a shortest solution in
+  75% of rooms (random 23%), a whole turn in 40% of turns (random 11%), 23 dead-end pushes.
+* Not taken, each against the 64 x 3 run: 2 episodes per step (96 steps, same tokens) 0.359 [0.250, 0.484]; 192
+  demonstrations x 1 epoch (48 steps) 0.156 (8 of 55 unseen): more rooms need more steps, one pass over them is not
+  enough; a ``<think>`` that first locates the player, box and target (``Player at row 3, column 3. Box at ...``)
+  0.266 [0.156, 0.375], its locations right in 2 of 64 first turns: SmolLM2's tokenizer merges ``__`` and ``####``
+  runs, so a column is not a token position and 64 rooms do not teach counting it; one token per cell (cells
+  separated by spaces, tried on a scratch copy of the env) 0.062 [0.016, 0.125], one memorised opening whatever
+  the room. What taught planning was rooms and steps: 8x the rooms and 8x the steps of the 64 x 3 run.
 """
 
 from __future__ import annotations
@@ -80,14 +82,14 @@ from trainers.config import ENV_KWARG_HELP, arg, env_kwargs_by_id, parse_config,
 #: Why each differs is in the module docstring.
 FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "SearchR1": {"policy": "scripted:oracle", "max_context": 4096},
-    "Sokoban": {"policy": "scripted:bfs"},
+    "Sokoban": {"policy": "scripted:bfs", "episodes": 512},
 }
 
 
 def family_defaults(env_ids: Sequence[str]) -> dict[str, Any]:
     """The :data:`FAMILY_DEFAULTS` of ``env_ids`` when they all belong to one family, else ``{}`` (SFTConfig's).
 
-    ``family_defaults(["TurnRL/Sokoban-v1"])`` -> ``{"policy": "scripted:bfs"}``.
+    ``family_defaults(["TurnRL/Sokoban-v1"])`` -> ``{"policy": "scripted:bfs", "episodes": 512}``.
     """
     families = {env_id.rpartition("/")[2].rsplit("-v", 1)[0] for env_id in env_ids}
     return dict(FAMILY_DEFAULTS.get(families.pop(), {})) if len(families) == 1 else {}
@@ -131,7 +133,7 @@ class SFTConfig:
     )
     model: str = arg("smollm2", "model to fine-tune: 'smollm2', a Hugging Face id or a folder")
     init: str | None = arg(None, "checkpoint or HF folder to start from instead of --model")
-    episodes: int = arg(64, "demonstration episodes (one per task)")
+    episodes: int = arg(64, "demonstration episodes (one per task; Sokoban: 512)")
     epochs: int = arg(3, "passes over the demonstrations")
     batch_episodes: int = arg(4, "episodes per optimizer step (64 x 3 / 4 = 48 steps; 6 steps did not teach turn 2)")
     lr: float = arg(1e-4, "learning rate (AdamW, constant)")

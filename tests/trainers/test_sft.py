@@ -23,7 +23,9 @@ def test_parse_policy_mix():
 
 def test_family_defaults_apply_per_env_family_and_flags_win():
     assert parse_sft_config(["--env", "TurnRL/SearchR1-v1"]).policy == "scripted:oracle"
-    assert parse_sft_config(["--env", "TurnRL/Sokoban-v1"]).policy == "scripted:bfs"
+    sokoban = parse_sft_config(["--env", "TurnRL/Sokoban-v1"])
+    assert (sokoban.policy, sokoban.episodes, sokoban.epochs) == ("scripted:bfs", 512, 3)
+    assert parse_sft_config(["--env", "TurnRL/Sokoban-v1", "--episodes", "64"]).episodes == 64
     assert parse_sft_config(["--env", "TurnRL/Sokoban-v1", "--policy", "scripted:random"]).policy == "scripted:random"
     # WikiTwoTurn keeps SFTConfig's own defaults (the ones the RL fold-in reads), and so does a mix of families
     for argv in ([], ["--env", "TurnRL/WikiTwoTurn-v1"], ["--env", "TurnRL/Sokoban-v1", "TurnRL/SearchR1-v1"]):
