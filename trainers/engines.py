@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 import urllib.error
 import urllib.request
+import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -133,7 +135,9 @@ class VLLMEngine:
     in place (``collective_rpc("reload_weights")``; the CPU backend repacks linear weights, so writing into the
     served parameters directly does not work) and clears the prefix cache, whose KV was computed by the old
     weights. ``last_push_seconds`` holds the time of the last push; ``startup_seconds`` the engine's start-up.
-    ``kv_cache_gib`` sizes the KV cache (default: ``$VLLM_CPU_KVCACHE_SPACE``, else 2 GiB).
+    ``kv_cache_gib`` sizes the KV cache (default: ``$VLLM_CPU_KVCACHE_SPACE``, else 2 GiB). The weights folder
+    (``sync_dir``; a temporary one unless given, ~300 MB for SmolLM2) is removed by ``close()``, when the engine is
+    collected, or at interpreter exit; a given ``sync_dir`` is left in place.
     """
 
     def __init__(
@@ -160,6 +164,10 @@ class VLLMEngine:
         self._vllm = vllm
         self.stop_token_ids = list(stop_token_ids)
         self.sync_dir = sync_dir or tempfile.mkdtemp(prefix="turnrl-vllm-")
+        # Every run and evaluation used to leave its ~300 MB folder in /tmp (90 of them filled the disk of a grid).
+        self._remove_sync_dir = weakref.finalize(self, shutil.rmtree, self.sync_dir, ignore_errors=True)
+        if sync_dir is not None:
+            self._remove_sync_dir.detach()
         self.last_push_seconds: float | None = None
         # Without a tokenizer vLLM's chat-template warm-up fails with a logged traceback; chats never reach it.
         logging.getLogger("vllm.renderers.base").setLevel(logging.ERROR)
@@ -211,6 +219,13 @@ class VLLMEngine:
             lps = [float(step[tid].logprob) for tid, step in zip(ids, c.logprobs or [], strict=True)]
             gens.append(Generation(ids, lps, finished=bool(ids) and ids[-1] in self.stop_token_ids))
         return gens
+
+    def close(self) -> None:
+        """Stop the engine's processes and remove its temporary weights folder (idempotent)."""
+        if not getattr(self, "_closed", False):
+            self.llm.llm_engine.engine_core.shutdown()
+            self._closed = True
+        self._remove_sync_dir()
 
     def update_weights(self, model: Any) -> None:
         if hasattr(model, "peft_config"):

@@ -7,6 +7,8 @@ is the mechanics, which are the same for SmolLM2 (the README's main job runs it 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -36,7 +38,11 @@ def served(tmp_path_factory):
     model.save_pretrained(path)
     engine = VLLMEngine(str(path), stop_token_ids=STOP, dtype="float32", max_model_len=256, kv_cache_gib=1)
     yield engine, model
-    engine.llm.llm_engine.engine_core.shutdown()
+    weights = Path(engine.sync_dir)
+    assert weights.is_dir() and weights.name.startswith("turnrl-vllm-")  # the tests pushed weights into it
+    engine.close()
+    engine.close()  # idempotent
+    assert not weights.exists()  # each engine used to leave ~300 MB in /tmp
 
 
 def _prompts(n: int = 6) -> list[list[int]]:
