@@ -168,6 +168,7 @@ class VLLMEngine:
         self._remove_sync_dir = weakref.finalize(self, shutil.rmtree, self.sync_dir, ignore_errors=True)
         if sync_dir is not None:
             self._remove_sync_dir.detach()
+        self._closed = False
         self.last_push_seconds: float | None = None
         # Without a tokenizer vLLM's chat-template warm-up fails with a logged traceback; chats never reach it.
         logging.getLogger("vllm.renderers.base").setLevel(logging.ERROR)
@@ -222,7 +223,7 @@ class VLLMEngine:
 
     def close(self) -> None:
         """Stop the engine's processes and remove its temporary weights folder (idempotent)."""
-        if not getattr(self, "_closed", False):
+        if not self._closed:
             self.llm.llm_engine.engine_core.shutdown()
             self._closed = True
         self._remove_sync_dir()
