@@ -83,9 +83,12 @@ def test_committed_specs_load_and_compare_the_papers_strategies():
     }
     assert {s: [a.strategy for a in spec.arms if a.stage == 2] for s, spec in specs.items()} == {
         "sokoban_mtppo": ["turn_ppo", "gigpo"],  # issue 15: newer credit assignment, after the papers' arms
-        "wiki_mtgrpo": ["gigpo", "mt_grpo_rtg"],
+        "wiki_mtgrpo": ["gigpo", "mt_grpo_rtg", "mt_grpo"],  # the last: MT-GRPO with discounted turn returns
         "wiki_mtppo": ["turn_ppo"],
     }
+    disc = _config_of(specs["wiki_mtgrpo"], next(r for r in specs["wiki_mtgrpo"].runs(Path("runs"))
+                                                 if r.arm.name == "mt_grpo_disc"), None)  # fmt: skip
+    assert disc.strategy == "mt_grpo" and disc.turn_gamma == 0.5
     assert [len(specs[s].seeds) for s in ("sokoban_mtppo", "wiki_mtgrpo", "wiki_mtppo")] == [2, 3, 3]
     for spec in specs.values():  # one budget for every arm: the papers' arms override nothing but their strategy
         assert all(not arm.overrides for arm in spec.arms if arm.stage == 1) and spec.warm_start is not None
