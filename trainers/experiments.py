@@ -179,18 +179,35 @@ def _check_fields(where: str, keys: Sequence[str], known: Mapping[str, Any], res
             raise InvalidArgument(f"{where}: {key!r} is not a field of {known.get('__name__', 'the config')}.{hint}")
 
 
-def load_spec(path: str | Path) -> Spec:
-    """Read and validate a TOML spec; errors name the file, the key and the fix."""
-    from trainers.credit import get_strategy
-
-    path = Path(path)
+def _read_spec(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The spec's TOML, with ``extends = "other.toml"`` (a path beside it) resolved: the other spec's keys first,
+    then this one's; the tables ``budget``, ``eval`` and ``arms`` merge key by key (an arm or budget value given
+    here wins), every other key (``warm_start`` included) is replaced whole. One comparison run again from another
+    warm start thus repeats only what differs, and its budget cannot drift from the original's."""
     if not path.is_file():
         raise InvalidArgument(f"experiment spec {str(path)!r} does not exist; see experiments/*.toml.")
+    if path.resolve() in chain:
+        raise InvalidArgument(f"{path}: extends itself through {[str(p) for p in chain]}; remove the cycle.")
     with open(path, "rb") as f:
         try:
             data = tomllib.load(f)
         except tomllib.TOMLDecodeError as exc:
             raise InvalidArgument(f"{path}: not valid TOML ({exc}).") from None
+    if "extends" not in data:
+        return data
+    base = _read_spec(path.parent / str(data.pop("extends")), (*chain, path.resolve()))
+    for key, value in data.items():
+        merge = key in ("budget", "eval", "arms") and isinstance(value, dict) and isinstance(base.get(key), dict)
+        base[key] = {**base[key], **value} if merge else value
+    return base
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read and validate a TOML spec; errors name the file, the key and the fix."""
+    from trainers.credit import get_strategy
+
+    path = Path(path)
+    data = _read_spec(path)
     where = str(path)
     known = {"name", "title", "paper", "trainer", "env", "seeds", "warm_start", "budget", "eval", "arms", "curves"}
     _check_fields(where, list(data), {k: None for k in known} | {"__name__": "a spec"})

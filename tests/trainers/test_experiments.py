@@ -74,6 +74,24 @@ def test_spec_errors_name_the_key_and_the_fix(tmp_path, text, message):
         load_spec(_write(tmp_path / "bad.toml", text))
 
 
+def test_extends_takes_the_other_specs_keys_and_merges_budget_eval_and_arms(tmp_path):
+    _write(tmp_path / "base.toml", 'name = "base"\ntrainer = "grpo"\nenv = "TurnRL/Arithmetic-v0"\nseeds = [0, 1]\n'
+           '[warm_start.args]\nepisodes = 8\nepochs = 2\n[budget]\nsteps = 3\nlr = 1e-5\n[eval]\ntasks = 8\n'
+           '[arms.a]\nstrategy = "grpo_or"\n')  # fmt: skip
+    child = _write(tmp_path / "child.toml", 'extends = "base.toml"\nname = "child"\n[warm_start.args]\nepisodes = 4\n'
+                   '[budget]\nsteps = 5\n[arms.b]\nstrategy = "mt_grpo"\nstage = 2\n')  # fmt: skip
+    child = load_spec(child)
+    assert (child.name, child.trainer, child.seeds, child.eval.tasks) == ("child", "grpo", (0, 1), 8)
+    assert dict(child.budget) == {"steps": 5, "lr": 1e-5}  # merged key by key, the child's value wins
+    assert dict(child.warm_start.args) == {"episodes": 4}  # replaced whole: a warm start is one recipe
+    assert [(a.name, a.stage) for a in child.arms] == [("a", 1), ("b", 2)]
+    _write(tmp_path / "loop.toml", 'extends = "loop.toml"\nname = "x"\n')
+    with pytest.raises(ValueError, match="extends itself"):
+        load_spec(tmp_path / "loop.toml")
+    with pytest.raises(ValueError, match=r"missing\.toml' does not exist"):
+        load_spec(_write(tmp_path / "orphan.toml", 'extends = "missing.toml"\nname = "x"\n'))
+
+
 def test_committed_specs_load_and_compare_the_papers_strategies():
     specs = {p.stem: load_spec(p) for p in sorted((REPO / "experiments").glob("*.toml"))}
     assert {s: [a.strategy for a in spec.arms if a.stage == 1] for s, spec in specs.items()} == {
