@@ -770,7 +770,9 @@ def paper_name(strategy: str) -> str:
 def reported_for_arms(spec: Spec, arms: Sequence[str]) -> list[tuple[str, Any]]:
     """The papers' reported rows (``leaderboards.reported``) of the spec's env whose model was trained with an
     arm's strategy (``... + MT-GRPO``), or, for ``"warm start"``, trained with nothing (the papers' starting
-    models), as ``(arm, row)``, for the table beside ours. A single-env spec only."""
+    models), as ``(arm, row)``, for the table beside ours. A single-env spec only. Each row is given once, to the
+    first such arm (a papers' arm comes before a stage-2 variant of the same strategy, e.g. MT-GRPO with discounted
+    turn returns, which the paper did not run)."""
     from leaderboards.families import family_for
     from leaderboards.reported import reported_rows
 
@@ -785,7 +787,8 @@ def reported_for_arms(spec: Spec, arms: Sequence[str]) -> list[tuple[str, Any]]:
         elif name in by_name:
             label = " + " + paper_name(by_name[name].strategy)
             out += [(name, row) for row in rows if row.model.endswith(label) and row.group is None]
-    return out
+    seen: set[int] = set()
+    return [(name, row) for name, row in out if not (id(row) in seen or seen.add(id(row)))]
 
 
 def _reported_cell(value: float | None) -> str:

@@ -137,6 +137,10 @@ def test_tables_show_the_papers_reported_rows_beside_the_arms_that_ran():
     assert "| warm start: Qwen2.5-7B-Base | **reported** (000 Table 2) | 0.047 |" in lines
     reported = [line for line in lines if "**reported**" in line]
     assert len(reported) == 3 and not any("GRPO-OR" in r or "GRPO-MR" in r for r in reported)  # arms not run: none
+    # a stage-2 variant of MT-GRPO (discounted turn returns; the paper ran none) gets no copy of MT-GRPO's row
+    both = render_table(spec, {"mt_grpo": {"runs": 1, "exact_match": metric},
+                               "mt_grpo_disc": {"runs": 1, "exact_match": metric}})  # fmt: skip
+    assert "| mt_grpo: Qwen2.5-7B-Base + MT-GRPO |" in both and "| mt_grpo_disc: Qwen2.5" not in both
     assert [paper_name(s) for s in ("ppo_mr", "mt_grpo_rtg", "gigpo", "turn_ppo")] == [
         "PPO-MR", "MT-GRPO-RTG", "GiGPO", "Turn-PPO"
     ]  # fmt: skip
