@@ -780,15 +780,15 @@ def reported_for_arms(spec: Spec, arms: Sequence[str]) -> list[tuple[str, Any]]:
         return []
     by_name = {arm.name: arm for arm in spec.arms}
     rows = reported_rows(family_for(spec.env[0]).name, spec.env[0])
-    out = []
+    out, shown = [], set()  # shown: strategies whose reported rows an earlier arm already carries
     for name in arms:
         if name == "warm start":
             out += [(name, row) for row in rows if " + " not in row.model and row.group is None]
-        elif name in by_name:
+        elif name in by_name and by_name[name].strategy not in shown:
+            shown.add(by_name[name].strategy)
             label = " + " + paper_name(by_name[name].strategy)
             out += [(name, row) for row in rows if row.model.endswith(label) and row.group is None]
-    seen: set[int] = set()
-    return [(name, row) for name, row in out if not (id(row) in seen or seen.add(id(row)))]
+    return out
 
 
 def _reported_cell(value: float | None) -> str:
