@@ -16,6 +16,7 @@ MODULES = [
     "agentgym_turn.retrieval.lucene",
     "envs.wiki_two_turn.rewards",
     "envs.wiki_two_turn.env",
+    "trainers.credit",
 ]
 
 

@@ -4,8 +4,9 @@ Every strategy is a pure function with one signature, registered by name in :dat
 
     fn(episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, cfg: CreditConfig) -> CreditOutput
 
-Nothing else in the code base branches on a strategy's name: the trainer calls ``get_strategy(name)`` and
-asks ``needs_critic(name)`` whether to run a critic. Rewards are rebuilt from each episode's per-turn reward
+Nothing else in the code base branches on a strategy's name: the trainer calls ``get_strategy(name)`` and reads
+what the strategy declared it needs, ``needs(name)`` (:class:`Needs`: a critic, groups of episodes per task,
+anchor-state keys, the ratio level of its clipped loss). Rewards are rebuilt from each episode's per-turn reward
 components and the env's ``reward_levels`` (``"turn"`` or ``"outcome"``), so one env serves every paper's signal.
 
 Worked example (``grpo_or``, one group of G = 3 two-turn episodes, default ``eps``, sample std)::
@@ -710,10 +711,35 @@ def turn_gae_credit(
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _strategy(critic: bool, state_keys: bool = False) -> Callable[[StrategyFn], StrategyFn]:
+RatioLevel = Literal["token", "turn", "sequence"]
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a strategy needs from the trainer, declared once where it is registered (:func:`needs`).
+
+    Attributes:
+        critic: reads critic values (the trainer builds and trains a value model).
+        groups: compares the episodes of one task's group (GRPO / RLOO normalisers, group baselines): with
+            ``group_size`` 1 every advantage is 0, so a trainer refuses it.
+        state_keys: groups turns by the env's anchor-state keys (``Episode.state_keys``; GiGPO).
+        ratio_level: the clipped loss's importance ratio the strategy is defined with: ``"token"`` (PPO, GRPO) or
+            ``"turn"`` (Turn-PPO clips whole turns); a trainer's ``--ratio-level auto`` takes it.
+    """
+
+    critic: bool = False
+    groups: bool = False
+    state_keys: bool = False
+    ratio_level: RatioLevel = "token"
+
+
+def _strategy(
+    critic: bool = False, groups: bool = False, state_keys: bool = False, ratio_level: RatioLevel = "token"
+) -> Callable[[StrategyFn], StrategyFn]:
+    """Register what the decorated strategy needs (:class:`Needs`) on it, read back by :func:`needs`."""
+
     def mark(fn: StrategyFn) -> StrategyFn:
-        fn.needs_critic = critic  # type: ignore[attr-defined]
-        fn.needs_state_keys = state_keys  # type: ignore[attr-defined]
+        fn.needs = Needs(critic=critic, groups=groups, state_keys=state_keys, ratio_level=ratio_level)  # type: ignore[attr-defined]
         return fn
 
     return mark
@@ -725,14 +751,14 @@ def _checked(episodes: Sequence[Episode]) -> Sequence[Episode]:
     return episodes
 
 
-@_strategy(critic=False)
+@_strategy(groups=True)
 def grpo_or(episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, cfg: CreditConfig) -> CreditOutput:
     """GRPO-OR: group-normalised outcome reward, uniform over the trajectory (000 eq. 3)."""
     batch = _checked(episodes)
     return trajectory_credit(batch, group_advantages(batch, outcome_reward, "grpo", cfg), cfg)
 
 
-@_strategy(critic=False)
+@_strategy(groups=True)
 def grpo_mr(episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, cfg: CreditConfig) -> CreditOutput:
     """GRPO-MR: group-normalised merged (outcome + turn-level) reward, uniform over the trajectory."""
     batch = _checked(episodes)
@@ -759,47 +785,47 @@ def _grouped_turn_credit(
     return turn_credit(episodes, lambda batch, c: advantages(batch, kind, c), cfg)
 
 
-@_strategy(critic=False)
+@_strategy(groups=True)
 def mt_grpo(episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, cfg: CreditConfig) -> CreditOutput:
     """MT-GRPO: turn-level advantages A_k = A^T_k + c * A_{k+1}, final turn A^O (000 eq. 9, 001 eq. 12 / App. F)."""
     return _grouped_turn_credit(episodes, mt_turn_advantages, "grpo", cfg)
 
 
-@_strategy(critic=False)
+@_strategy(groups=True)
 def mt_rloo(episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, cfg: CreditConfig) -> CreditOutput:
     """MT-RLOO: MT-GRPO with RLOO's leave-one-out normaliser G/(G-1)(R - mean) (000 Appendix C)."""
     return _grouped_turn_credit(episodes, mt_turn_advantages, "rloo", cfg)
 
 
-@_strategy(critic=False)
+@_strategy(groups=True)
 def rloo(episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, cfg: CreditConfig) -> CreditOutput:
     """RLOO on the merged return: G/(G-1)(R - mean), uniform (000 eq. 5)."""
     batch = _checked(episodes)
     return trajectory_credit(batch, group_advantages(batch, merged_reward, "rloo", cfg), cfg)
 
 
-@_strategy(critic=False)
+@_strategy(groups=True)
 def rloo_or(episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, cfg: CreditConfig) -> CreditOutput:
     """RLOO on the outcome reward only."""
     batch = _checked(episodes)
     return trajectory_credit(batch, group_advantages(batch, outcome_reward, "rloo", cfg), cfg)
 
 
-@_strategy(critic=False)
+@_strategy()
 def reinforce(episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, cfg: CreditConfig) -> CreditOutput:
     """REINFORCE: the total (merged) return is the advantage, uniform (000 eq. 6)."""
     batch = _checked(episodes)
     return trajectory_credit(batch, [merged_reward(ep) for ep in batch], cfg)
 
 
-@_strategy(critic=False)
+@_strategy()
 def reinforce_or(episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, cfg: CreditConfig) -> CreditOutput:
     """REINFORCE on the outcome reward only."""
     batch = _checked(episodes)
     return trajectory_credit(batch, [outcome_reward(ep) for ep in batch], cfg)
 
 
-@_strategy(critic=False)
+@_strategy()
 def reinforce_pp(episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, cfg: CreditConfig) -> CreditOutput:
     """REINFORCE++ (004 Table 3): the merged return on every token, whitened over the batch's tokens."""
     out = reinforce(episodes, values, cfg)
@@ -807,7 +833,7 @@ def reinforce_pp(episodes: Sequence[Episode], values: Sequence[np.ndarray] | Non
     return CreditOutput(advantages=whiten(out.advantages, masks), loss_masks=out.loss_masks)
 
 
-@_strategy(critic=False)
+@_strategy(groups=True)
 def reinforce_pp_baseline(
     episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, cfg: CreditConfig
 ) -> CreditOutput:
@@ -844,7 +870,7 @@ def mt_ppo(episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, cfg
     return gae_credit(batch, values, rewards, cfg)
 
 
-@_strategy(critic=False)
+@_strategy(groups=True)
 def tarl(episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, cfg: CreditConfig) -> CreditOutput:
     """TARL with GRPO: the summed TARL score normalised within the group, uniform (003 §3.2)."""
     batch = _checked(episodes)
@@ -861,7 +887,7 @@ def tarl_ppo_turn(episodes: Sequence[Episode], values: Sequence[np.ndarray] | No
     return gae_credit(batch, values, rewards, cfg)
 
 
-@_strategy(critic=True)
+@_strategy(critic=True, groups=True)
 def tarl_ppo_traj(episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, cfg: CreditConfig) -> CreditOutput:
     """TARL trajectory-level assignment for PPO: the group-normalised TARL score on the last policy token."""
     batch = _checked(episodes)
@@ -869,25 +895,25 @@ def tarl_ppo_traj(episodes: Sequence[Episode], values: Sequence[np.ndarray] | No
     return gae_credit(batch, values, [place_rewards(ep, [], s) for ep, s in zip(batch, scores, strict=True)], cfg)
 
 
-@_strategy(critic=False, state_keys=True)
+@_strategy(groups=True, state_keys=True)
 def gigpo(episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, cfg: CreditConfig) -> CreditOutput:
     """GiGPO: episode-level group advantage + ω x step-level advantage within anchor-state groups (2505.10978)."""
     return turn_credit(episodes, gigpo_turn_advantages, cfg)
 
 
-@_strategy(critic=False)
+@_strategy(groups=True)
 def mt_grpo_rtg(episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, cfg: CreditConfig) -> CreditOutput:
     """MT-GRPO with the unbiased turn baseline: returns-to-go normalised per turn index (verl RFC #7244)."""
     return _grouped_turn_credit(episodes, rtg_turn_advantages, "grpo", cfg)
 
 
-@_strategy(critic=False)
+@_strategy(groups=True)
 def mt_rloo_rtg(episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, cfg: CreditConfig) -> CreditOutput:
     """MT-RLOO with the unbiased turn baseline: leave-one-out per turn index on returns-to-go (exactly unbiased)."""
     return _grouped_turn_credit(episodes, rtg_turn_advantages, "rloo", cfg)
 
 
-@_strategy(critic=True)
+@_strategy(critic=True, ratio_level="turn")
 def turn_ppo(episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, cfg: CreditConfig) -> CreditOutput:
     """Turn-PPO: V read at turn boundaries, GAE over turns, each turn's advantage on its tokens (2512.17008)."""
     batch = _checked(episodes)
@@ -931,11 +957,20 @@ def get_strategy(name: str) -> StrategyFn:
         ) from None
 
 
+def needs(name: str) -> Needs:
+    """What the strategy ``name`` declared it needs (:class:`Needs`); a typo raises as :func:`get_strategy` does.
+
+    >>> needs("mt_grpo")
+    Needs(critic=False, groups=True, state_keys=False, ratio_level='token')
+    """
+    return get_strategy(name).needs  # type: ignore[attr-defined]
+
+
 def needs_critic(name: str) -> bool:
     """Whether the strategy ``name`` reads critic values (the PPO family)."""
-    return bool(getattr(get_strategy(name), "needs_critic", False))
+    return needs(name).critic
 
 
 def needs_state_keys(name: str) -> bool:
     """Whether the strategy ``name`` groups turns by the env's anchor-state keys (``Episode.state_keys``)."""
-    return bool(getattr(get_strategy(name), "needs_state_keys", False))
+    return needs(name).state_keys

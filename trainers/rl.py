@@ -53,7 +53,7 @@ import numpy as np
 
 from agentgym_turn.error import InvalidArgument
 from trainers.config import ENV_KWARG_HELP, arg, env_kwargs_by_id, to_dict
-from trainers.credit import STRATEGIES, CreditConfig, CreditOutput, get_strategy, needs_critic
+from trainers.credit import STRATEGIES, CreditConfig, CreditOutput, get_strategy, needs
 from trainers.credit import loss_mask as loss_tokens
 from trainers.engines import ENGINES, default_engine
 from trainers.episode import Episode
@@ -192,9 +192,9 @@ class RLConfig:
     def __post_init__(self) -> None:
         if self.credit is not None:
             self.strategy = CREDIT[self.algo][self.credit]
-        get_strategy(self.strategy)  # unknown names raise with "did you mean"
-        if self.ratio_level == "auto":  # Turn-PPO clips whole turns; every other strategy is token-level PPO/GRPO
-            self.ratio_level = "turn" if self.strategy == "turn_ppo" else "token"
+        declared = needs(self.strategy)  # unknown names raise with "did you mean"
+        if self.ratio_level == "auto":  # the level the strategy is defined with (Turn-PPO: whole turns)
+            self.ratio_level = declared.ratio_level
         import gymnasium as gym
 
         import agentgym_turn  # noqa: F401  (registers the TurnRL ids)
@@ -216,10 +216,11 @@ class RLConfig:
         for name in names:
             if getattr(self, name) < 1:
                 raise InvalidArgument(f"--{name.replace('_', '-')}={getattr(self, name)} must be >= 1.")
-        if self.group_size < 2 and ("grpo" in self.strategy or "rloo" in self.strategy):
+        if self.group_size < 2 and declared.groups:
             raise InvalidArgument(
-                f"--group-size={self.group_size} gives {self.strategy} a group of one (advantage 0 everywhere); "
-                "use --group-size 2 or more, or a critic strategy such as mt_ppo."
+                f"--group-size={self.group_size} gives {self.strategy} a group of one (advantage 0 everywhere): it "
+                "compares the episodes of one task's group; use --group-size 2 or more, or a strategy that needs no "
+                "groups such as mt_ppo."
             )
         if self.minibatches > self.tasks_per_step * self.group_size:
             raise InvalidArgument(f"--minibatches={self.minibatches} exceeds the episodes per step; lower it.")
@@ -488,7 +489,7 @@ def train(cfg: RLConfig) -> dict[str, float]:
         M.save_policy(policy, tok, str(warm))
         init_spec = spec = str(warm)
     critic = None
-    if needs_critic(cfg.strategy):  # a full copy of the backbone (before LoRA wraps the policy's linears)
+    if needs(cfg.strategy).critic:  # a full copy of the backbone (before LoRA wraps the policy's linears)
         critic = M.ValueModel.from_policy(policy)
         if resume_from:
             critic.load_state_dict(state["critic"])
