@@ -278,22 +278,7 @@ class TurnEnv(gym.Env[list, str], abc.ABC):
         self.history.append({"role": "assistant", "content": action})
         result = self._turn(action)
         self._check_messages(result.messages)
-        for name, value in result.components.items():
-            if name not in self.reward_levels:
-                raise KeyError(
-                    f"{type(self).__name__} paid reward component {name!r} that is not declared in "
-                    f"reward_levels {sorted(self.reward_levels)}."
-                )
-            if not math.isfinite(value):
-                raise ValueError(f"{type(self).__name__} computed a non-finite reward {name}={value!r}.")
-            self._component_sums[name] = self._component_sums.get(name, 0.0) + float(value)
-        reward = float(sum(result.components.values()))
-        late = self._check_late(result)
-        if late is not None:
-            for turn in late:
-                for name, value in turn.items():
-                    self._component_sums[name] = self._component_sums.get(name, 0.0) + value
-            reward += float(sum(v for turn in late for v in turn.values()))
+        reward, late = self._pay(result)
         self._rewards.append(reward)
         self.history.extend(dict(m) for m in result.messages)
         info: dict[str, Any] = {"turn": self.turn, "reward_components": dict(result.components)}
@@ -305,6 +290,47 @@ class TurnEnv(gym.Env[list, str], abc.ABC):
             self._done = True
             info["episode"] = self.episode_metrics()
         return [dict(m) for m in result.messages], reward, bool(result.terminated), False, info
+
+    def truncate(self) -> dict[str, Any]:
+        """End the running episode from outside the task: a trainer's turn or context limit cut it (Gymnasium's
+        truncation). Returns what a final step's ``info`` holds: ``reward_components`` (paid on the last turn played),
+        ``late_reward_components`` (when scores come late) and ``episode`` (the episode's metrics).
+
+        A cut episode is never scored better than a failed one. Where the task's score needs the end (a verifier, an
+        LLM judge: τ-bench), the env pays the worst finished outcome (:meth:`_truncation_result`); elsewhere the cut
+        episode keeps what its turns paid (a WikiTwoTurn episode cut after its search has no answer, which scores
+        as a wrong one).
+        """
+        if self._done:
+            raise ResetNeeded(
+                f"{type(self).__name__}.truncate() was called "
+                + ("before reset()" if self._task is None else "after the episode ended")
+                + "; it ends a running episode."
+            )
+        info: dict[str, Any] = {"turn": self.turn, "reward_components": {}}
+        result = self._truncation_result()
+        if result is not None:
+            if result.messages or not result.terminated:
+                raise ValueError(f"{type(self).__name__}._truncation_result() must end the episode with no messages.")
+            reward, late = self._pay(result)
+            if self._rewards:
+                self._rewards[-1] += reward
+            else:
+                self._rewards.append(reward)
+            info["reward_components"] = dict(result.components)
+            info.update(result.info)
+            if late is not None:
+                info["late_reward_components"] = late
+        self._done = True
+        info["episode"] = self.episode_metrics()
+        return info
+
+    def _truncation_result(self) -> TurnResult | None:
+        """What a cut episode is paid, by a subclass whose score needs the episode's end (``truncate``): the worst
+        outcome a finished episode can get (a ``TurnResult`` with no messages, ``terminated=True``, components for
+        the last turn played and, where scores come late, one dict per turn). ``None`` (the default): nothing more.
+        """
+        return None
 
     def episode_metrics(self) -> dict[str, float]:
         """The metrics of the episode so far: return, turns, each reward component's sum, task metrics."""
@@ -345,6 +371,26 @@ class TurnEnv(gym.Env[list, str], abc.ABC):
         if not isinstance(key, str) or not key:
             raise TypeError(f"{type(self).__name__}._state_key() returned {key!r}; it must be a non-empty str or None.")
         info["state_key"] = key
+
+    def _pay(self, result: TurnResult) -> tuple[float, list[dict[str, float]] | None]:
+        """Check and book a turn's components and late components; returns the reward they add and the late list."""
+        for name, value in result.components.items():
+            if name not in self.reward_levels:
+                raise KeyError(
+                    f"{type(self).__name__} paid reward component {name!r} that is not declared in "
+                    f"reward_levels {sorted(self.reward_levels)}."
+                )
+            if not math.isfinite(value):
+                raise ValueError(f"{type(self).__name__} computed a non-finite reward {name}={value!r}.")
+            self._component_sums[name] = self._component_sums.get(name, 0.0) + float(value)
+        reward = float(sum(result.components.values()))
+        late = self._check_late(result)
+        if late is not None:
+            for turn in late:
+                for name, value in turn.items():
+                    self._component_sums[name] = self._component_sums.get(name, 0.0) + value
+            reward += float(sum(v for turn in late for v in turn.values()))
+        return reward, late
 
     def _check_late(self, result: TurnResult) -> list[dict[str, float]] | None:
         """Validate a turn's ``late_components`` (an env bug raises, naming the rule it broke); a clean copy."""

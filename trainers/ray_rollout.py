@@ -194,6 +194,9 @@ class EnvWorker:
     def episode_metrics(self, key: str) -> dict[str, float]:
         return self.envs[key].unwrapped.episode_metrics()
 
+    def truncate(self, key: str) -> dict[str, Any]:
+        return self.envs[key].unwrapped.truncate()
+
     def fork(self, key: str, child: str) -> None:
         self.envs[child] = self.envs[key].unwrapped.fork()
 
@@ -333,6 +336,12 @@ class RemoteEnv:
         if self.final_metrics is not None:
             return dict(self.final_metrics)
         return self._call("episode_metrics")
+
+    def truncate(self) -> dict[str, Any]:
+        """``TurnEnv.truncate`` on the worker: the episode is cut at a rollout limit (its metrics kept here)."""
+        info = self._call("truncate")
+        self.final_metrics = dict(info["episode"])
+        return info
 
     def fork(self) -> RemoteEnv:
         child = type(self)(self.pool, self.worker, self.env_id, self.pool.new_key())

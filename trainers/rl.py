@@ -3,7 +3,8 @@
     python -m trainers.mtppo --env TurnRL/WikiTwoTurn-v1                  # MT-PPO (001), critic + GAE
     python -m trainers.grpo --env TurnRL/WikiTwoTurn-v1 --credit mt        # MT-GRPO (000); or / mr for GRPO-OR/MR
     python -m trainers.mtppo --strategy ppo_or --init runs/sft             # any strategy, from an SFT checkpoint
-    python -m trainers.mtppo --strategy tarl_ppo_turn --env TurnRL/TauRetail-v1 \
+    bash scripts/serve.sh Qwen/Qwen2.5-7B-Instruct 8000 &                       # a local judge (vLLM's server)
+    python -m trainers.mtppo --strategy tarl_ppo_turn --env TurnRL/TauRetail-v1 --max-context 8192 \
         --env-kwarg judge=http://127.0.0.1:8000/v1#Qwen/Qwen2.5-7B-Instruct --group-std-ddof 0   # gym.make kwargs
 
 One step: (1) roll out ``tasks_per_step`` tasks x ``group_size`` episodes (token-in-token-out, ``trainers.rollout``);
@@ -21,7 +22,10 @@ Choices where the papers are silent (as verl, the code base of 001 and 003, make
   and so is ``losses/first_ratio_max_dev``, max |ratio - 1| on the first minibatch of the first epoch (0 exactly).
 - Every loss term (policy, KL, entropy, value) is one mean over the whole minibatch (``--aggregation``), whatever
   ``--pack-tokens`` is: each pack is divided by the minibatch's count, not by its own.
-- A truncated episode (cut by ``--max-context`` / ``--max-turns``) does not bootstrap from the critic by default:
+- An episode cut by ``--max-context`` / ``--max-turns`` is ``truncated`` (``rollout/truncated``) and the env pays what
+  a cut gets (``TurnEnv.truncate``): in a judge-scored env (τ-bench) the worst finished outcome, so running out of
+  turns never pays better than failing. The default turn limit, 30 (TARL's), is at or above every env's own budget.
+- A truncated episode does not bootstrap from the critic by default:
   the value after its last token is a head output that no value target ever trains (its state is never followed
   by a policy token). ``--bootstrap-truncated`` uses it (Gymnasium's meaning of truncation) for a trained critic.
 
@@ -96,7 +100,11 @@ class RLConfig:
     branch_turns: int = arg(1, "tree rollouts branch at this many first turns (K-1 for a K-turn env)")
     max_new_tokens: int = arg(96, "max generated tokens per policy turn")
     max_context: int = arg(1024, "max tokens of a whole episode (longer episodes are cut, truncated=True)")
-    max_turns: int = arg(4, "policy turns after which a running episode is cut")
+    max_turns: int = arg(
+        30,
+        "policy turns after which a running episode is cut (truncated; a judge-scored env scores it as its worst "
+        "outcome); 30, TARL's budget (003), is at or above every env's own, which ends episodes first",
+    )
     temperature: float = arg(1.0, "sampling temperature (the update scores tokens at the same temperature)")
     top_p: float = arg(1.0, "nucleus sampling mass")
     engine: str = arg("auto", "generation engine (auto: vllm where installed)", choices=("auto", *ENGINES))

@@ -317,10 +317,26 @@ def play(
         if not active:
             break
     for slot in active:  # ran out of turns
-        slot.done = slot.truncated = True
-        slot.metrics = slot.env.unwrapped.episode_metrics()
+        cut(slot)
         finished.append(slot)
     return finished
+
+
+def cut(slot: Slot) -> None:
+    """End ``slot``'s episode at a rollout limit (``max_turns``, ``max_context``): ``truncated=True``, and the env
+    pays what a cut episode gets (``TurnEnv.truncate``: in a judge-scored env the worst finished outcome, never
+    better than failing) on the last turn played, late scores on their turns."""
+    slot.done = slot.truncated = True
+    env = slot.env.unwrapped
+    if not hasattr(env, "truncate"):  # an env outside the TurnRL contract keeps what it paid
+        slot.metrics = env.episode_metrics()
+        return
+    info = env.truncate()
+    paid = {k: float(v) for k, v in info.get("reward_components", {}).items()}
+    if paid and slot.turn_rewards:
+        slot.turn_rewards = with_late_components(slot.turn_rewards, [{}] * (len(slot.turn_rewards) - 1) + [paid])
+    slot.turn_rewards = with_late_components(slot.turn_rewards, info.get("late_reward_components"))
+    slot.metrics = dict(info["episode"])
 
 
 def _apply_turn(
@@ -358,8 +374,7 @@ def _apply_turn(
     delta = turn_delta(tokenizer, slot.messages, messages, stop_text=stop_text[ids[-1]] if ended else None)
     slot.messages.extend(messages)
     if len(slot.token_ids) + len(delta) + 1 > cfg.max_context:
-        slot.done = slot.truncated = True
-        slot.metrics = slot.env.unwrapped.episode_metrics()
+        cut(slot)
         return
     slot.token_ids += delta
     slot.loss_mask += [0] * len(delta)

@@ -142,7 +142,7 @@ class SFTConfig:
     share_pack_tokens: int = arg(2048, "with --share-prefix: tokens one pack computes (shared prefix once + the rests)")
     max_new_tokens: int = arg(256, "a scripted turn longer than this is cut (as the RL budget would)")
     max_context: int = arg(2048, "max tokens of an episode")
-    max_turns: int = arg(4, "max policy turns of an episode")
+    max_turns: int = arg(30, "max policy turns of an episode (30, TARL's budget, is at or above every env's own)")
     eval_tasks: int = arg(64, "held-out tasks played greedily by the fine-tuned model afterwards (0 = none)")
     eval_max_new_tokens: int = arg(96, "generated tokens per turn in the evaluation")
     bf16: bool = arg(True, "bf16 autocast")

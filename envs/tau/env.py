@@ -164,13 +164,17 @@ class TauEnv(TurnEnv):
     ## Episode End
     ``terminated`` when the customer's reply holds ``###STOP###``, ``###TRANSFER###`` or ``###OUT-OF-SCOPE###``,
     when ``transfer_to_human_agents`` succeeds, or when ``max_turns`` agent turns are spent (TARL: 30).
-    ``truncated`` is never set by the env. A failing LLM customer raises ``ServiceError`` from ``step``.
+    ``truncated`` is never set by the env. A failing LLM customer raises ``ServiceError`` from ``step``. A
+    conversation cut from outside (a trainer's turn or context limit, ``TurnEnv.truncate``) never reaches the
+    verifier or the judge and is scored as the worst finished one: ``task = 0`` and, with a judge, the judge-failure
+    scores (``env/tarl_score`` −5), so running out of turns never pays better than failing.
 
     ## Arguments
     ``gym.make("TurnRL/TauRetail-v1", split="test", user="scripted", judge=None, max_turns=30,
     output_check=False, data_dir=None)``; ``TurnRL/TauAirline-v1`` takes the same. ``split``: ``train`` / ``test``
     / ``base`` (``split_tasks.json``) or ``all``; ``user``: ``"scripted"``, a chat-model spec or a
     :class:`~envs.tau.user.UserSimulator`; ``judge``: ``None`` or a chat-model spec / ``ChatModel``;
+    ``judge_max_tokens``: the judge's answer budget (2048, room for its reasoning; a small local judge needs less);
     ``user_react``: ReAct format for the LLM customer; ``data_dir``: a tau2-bench checkout.
 
     ## Version History
@@ -213,6 +217,7 @@ class TauEnv(TurnEnv):
         split: str = "test",
         user: str | UserSimulator = "scripted",
         judge: Any = None,
+        judge_max_tokens: int = 2048,
         max_turns: int = MAX_TURNS,
         output_check: bool = False,
         user_react: bool = True,
@@ -240,7 +245,9 @@ class TauEnv(TurnEnv):
                 f"user={user!r}: use 'scripted', a chat-model spec 'URL#MODEL' / 'hf:...', "
                 "or an object with start(task) and reply(text)."
             )
-        self._judge: TurnJudge | None = None if judge is None else TurnJudge(judge)
+        if not isinstance(judge_max_tokens, int) or judge_max_tokens < 1:
+            raise InvalidArgument(f"judge_max_tokens={judge_max_tokens!r} must be a positive int (default 2048).")
+        self._judge: TurnJudge | None = None if judge is None else TurnJudge(judge, max_tokens=judge_max_tokens)
         self._tool_defs = domain_tools(domain)
         self._writes = write_tool_names(domain)
         self._tools_text = "\n".join(
@@ -404,6 +411,18 @@ class TauEnv(TurnEnv):
         self._result.update({"env/judge_ok": 1.0, "env/tarl_score": tarl.total})
         late = [{"judge": float(s)} for s in judged.scores]
         return TurnResult([], components, True, info, late_components=late)
+
+    def _truncation_result(self) -> TurnResult:
+        """A conversation cut before its end (a trainer's turn or context limit) never reaches the verifier or the
+        judge; it is scored as the worst finished one: the task failed (0) and, with a judge, the worst turn scores
+        a judge gives (:func:`judge_failure_scores`: TARL -5, a failed trajectory)."""
+        self._result = {"env/success": 0.0, "env/db_match": 0.0}
+        info: dict[str, Any] = {"end_reason": "truncated"}
+        if self._judge is None:
+            return TurnResult([], {"task": 0.0}, True, info)
+        scores = judge_failure_scores(self.turn)
+        self._result["env/tarl_score"] = combine_tarl(0.0, scores).total
+        return TurnResult([], {"task": 0.0}, True, info, late_components=[{"judge": float(x)} for x in scores])
 
     def _episode_metrics(self) -> dict[str, float]:
         return {**self._result, "env/tool_calls": float(self._tool_calls), "env/tool_errors": float(self._tool_errors)}

@@ -85,3 +85,42 @@ def test_tarl_grpo_normalises_the_two_scores(judged_episodes) -> None:
     out = get_strategy("tarl")(judged_episodes, None, CreditConfig(eps=1e-12, std_ddof=0))
     for ep, adv, want in zip(judged_episodes, out.advantages, [1.0, -1.0], strict=True):
         assert adv[ep.loss_mask == 1] == pytest.approx(want, abs=1e-6)
+
+
+def test_an_episode_cut_by_the_turn_limit_scores_the_worst_outcome_never_better_than_failing(
+    tokenizer,
+    fake_openai: FakeOpenAI,  # noqa: F811
+) -> None:
+    """A long τ task cut by the trainer's ``max_turns`` never reaches the verifier or the judge: it gets task 0 and
+    the worst judged scores (TARL -5), no better than the judged failure of a finished episode, and is counted as
+    truncated. Regression: a cut episode had no rewards at all (TARL 0, better than any failure from -5 to 0)."""
+    from trainers.metrics import episode_summary
+
+    fake_openai.replies = [judge_reply(None)]  # would judge every turn 1 if it were asked (it must not be)
+    pool = EnvPool([ENV], make_kwargs={"judge": fake_openai.spec("judge")})
+    actor = scripted_actor(tokenizer, tokenizer.convert_tokens_to_ids("<|im_end|>"), ["oracle"], None)
+    stops = stop_token_ids(tokenizer)
+    cfg = RolloutConfig(max_new_tokens=1024, max_context=1 << 16, max_turns=2)
+    try:
+        episodes, _ = collect(pool, actor, tokenizer, stops, cfg, num_tasks=2, group_size=1, seed=0)
+    finally:
+        pool.close()
+    assert not fake_openai.requests  # a cut episode is never judged
+    for ep in episodes:
+        assert ep.truncated and not ep.terminated and ep.num_turns == 2
+        assert ep.turn_rewards == [{"judge": 0.0}, {"task": 0.0, "judge": -1.0}]
+        assert ep.metrics["env/success"] == 0.0
+        assert ep.metrics["env/tarl_score"] == pytest.approx(-5.0) == tarl_score(ep, EXACT)
+        assert tarl_score(ep, EXACT) <= combine_tarl(0.0, [0, -1]).total  # no better than a judged failure
+    assert episode_summary(episodes, stops)["rollout/truncated"] == 1.0
+
+
+def test_a_cut_episode_without_a_judge_fails_the_task(tokenizer) -> None:
+    pool = EnvPool([ENV])
+    actor = scripted_actor(tokenizer, tokenizer.convert_tokens_to_ids("<|im_end|>"), ["oracle"], None)
+    cfg = RolloutConfig(max_new_tokens=1024, max_context=1 << 16, max_turns=1)
+    try:
+        (ep,), _ = collect(pool, actor, tokenizer, stop_token_ids(tokenizer), cfg, num_tasks=1, group_size=1, seed=3)
+    finally:
+        pool.close()
+    assert ep.truncated and ep.turn_rewards[-1] == {"task": 0.0} and ep.metrics["env/success"] == 0.0
