@@ -96,6 +96,13 @@ class RLConfig:
     steps: int = arg(8, "RL steps (one batch of rollouts and one update each)")
     tasks_per_step: int = arg(4, "tasks (groups) per step")
     group_size: int = arg(4, "episodes per task (GRPO's G; MT-GRPO tree: children per state)")
+    dynamic_sampling: bool = arg(
+        False,
+        "DAPO's dynamic sampling (strategies that compare a group's episodes): drop the groups whose every token gets "
+        "advantage 0 (all episodes scored alike) and roll out fresh tasks until --tasks-per-step informative groups "
+        "fill the batch, at most --sampling-rounds rounds a step",
+    )
+    sampling_rounds: int = arg(4, "with --dynamic-sampling: rollout rounds a step at most (the first included)")
     tree: bool = arg(False, "tree rollouts: fork the env into group_size children at each branching turn")
     branch_turns: int = arg(1, "tree rollouts branch at this many first turns (K-1 for a K-turn env)")
     max_new_tokens: int = arg(96, "max generated tokens per policy turn")
@@ -230,6 +237,13 @@ class RLConfig:
                 "compares the episodes of one task's group; use --group-size 2 or more, or a strategy that needs no "
                 "groups such as mt_ppo."
             )
+        if self.dynamic_sampling and not declared.groups:
+            raise InvalidArgument(
+                f"--dynamic-sampling drops groups whose episodes all get advantage 0; {self.strategy} compares no "
+                "groups (a critic's advantages are rarely 0). Use a grouped strategy such as mt_grpo, or drop the flag."
+            )
+        if self.sampling_rounds < 1:
+            raise InvalidArgument(f"--sampling-rounds={self.sampling_rounds} must be >= 1.")
         if self.minibatches > self.tasks_per_step * self.group_size:
             raise InvalidArgument(f"--minibatches={self.minibatches} exceeds the episodes per step; lower it.")
         if self.max_context <= self.max_new_tokens:
@@ -333,6 +347,19 @@ def make_env_pool(
 
         return RayEnvPool(list(env_ids), weights, kwargs_by_id=kwargs, address=ray, workers=ray_env_workers)
     return EnvPool(list(env_ids), weights, kwargs_by_id=kwargs)
+
+
+def zero_advantage_groups(episodes: Sequence[Episode], strategy: Any, credit_cfg: CreditConfig) -> set[int]:
+    """The groups of ``episodes`` whose every token ``strategy`` gives advantage 0 (its episodes were scored alike,
+    so they teach nothing): what DAPO's dynamic sampling drops. The strategy sees each group alone."""
+    by_group: dict[int, list[Episode]] = {}
+    for ep in episodes:
+        by_group.setdefault(ep.group, []).append(ep)
+    alike = set()
+    for g, eps in by_group.items():
+        if not any(np.any(a) for a in strategy(eps, None, credit_cfg).advantages):
+            alike.add(g)
+    return alike
 
 
 def pack_minibatch(episodes: Sequence[Episode], indices: Sequence[int], cfg: RLConfig) -> list[Any]:
@@ -458,7 +485,7 @@ def train(cfg: RLConfig) -> dict[str, float]:
     from trainers.engines import make_engine, stop_token_ids
     from trainers.evaluation import HeldOut, close_pools, evaluate_policy, parse_env_kwargs
     from trainers.metrics import append_jsonl, episode_summary, peak_memory_gib, plot_rewards, read_jsonl
-    from trainers.rollout import RolloutConfig, collect, engine_actor
+    from trainers.rollout import RolloutConfig, RolloutStats, collect, engine_actor
 
     # ---- seeding: the one place ----------------------------------------------------------------------------
     M.seed_everything(cfg.seed, cfg.threads)
@@ -568,6 +595,28 @@ def train(cfg: RLConfig) -> dict[str, float]:
         episodes, rstats = collect(pool, actor, tok, stops, rcfg, num_tasks=cfg.tasks_per_step,
                                    group_size=cfg.group_size, seed=cfg.seed * 7_919 + step, tree=cfg.tree,
                                    branch_turns=cfg.branch_turns, group_offset=step * cfg.tasks_per_step)  # fmt: skip
+        sampled, sampling = episodes, {}
+        if cfg.dynamic_sampling:  # DAPO: keep the informative groups, refill the batch with fresh tasks
+            dropped = zero_advantage_groups(episodes, strategy, credit_cfg)
+            kept, rounds, n_dropped = [ep for ep in episodes if ep.group not in dropped], 1, len(dropped)
+            while len({ep.group for ep in kept}) < cfg.tasks_per_step and rounds < cfg.sampling_rounds:
+                more, more_stats = collect(pool, actor, tok, stops, rcfg, num_tasks=cfg.tasks_per_step,
+                                           group_size=cfg.group_size, seed=cfg.seed * 7_919 + step + 104_729 * rounds,
+                                           tree=cfg.tree, branch_turns=cfg.branch_turns,
+                                           group_offset=(cfg.steps + step * cfg.sampling_rounds + rounds)
+                                           * cfg.tasks_per_step)  # fmt: skip
+                rstats = RolloutStats(rstats.policy_tokens + more_stats.policy_tokens,
+                                      rstats.total_tokens + more_stats.total_tokens,
+                                      rstats.seconds + more_stats.seconds,
+                                      rstats.episodes + more_stats.episodes)  # fmt: skip
+                dropped = zero_advantage_groups(more, strategy, credit_cfg)
+                kept += [ep for ep in more if ep.group not in dropped]
+                sampled, rounds, n_dropped = sampled + more, rounds + 1, n_dropped + len(dropped)
+            chosen = sorted({ep.group for ep in kept})[: cfg.tasks_per_step]
+            if chosen:  # else every group was alike: train on the first round (advantage 0, nothing moves)
+                episodes = [ep for ep in kept if ep.group in set(chosen)]
+            sampling = {"rollout/sampling_rounds": float(rounds), "rollout/groups_dropped": float(n_dropped),
+                        "rollout/groups_trained": float(len(chosen))}  # fmt: skip
         # the minibatches of every epoch (split by episodes), packed once; pass (2) scores the same packs
         order = np.random.default_rng(cfg.seed + step).permutation(len(episodes))
         minibatches = [pack_minibatch(episodes, mb.tolist(), cfg) for mb in np.array_split(order, cfg.minibatches)]
@@ -638,7 +687,7 @@ def train(cfg: RLConfig) -> dict[str, float]:
         update_s = time.perf_counter() - t_update
 
         # ---- (5) metrics, plot, checkpoint -----------------------------------------------------------------
-        row = {"step": step + 1, **episode_summary(episodes, stops)}
+        row = {"step": step + 1, **episode_summary(sampled, stops), **sampling}  # every episode sampled
         row.update({k: float(np.mean(v)) for k, v in logs.items()})
         row["rollout/seconds"] = rstats.seconds
         row["rollout/tokens_per_s"] = rstats.policy_tokens / max(rstats.seconds, 1e-9)

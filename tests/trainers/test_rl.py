@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from agentgym_turn.error import InvalidArgument
 from tests.trainers import toy_env
 from tests.trainers.conftest import tiny_llama
 from trainers.config import parse_config
@@ -300,3 +301,32 @@ def test_truncated_episodes_do_not_bootstrap_by_default(tmp_path, tiny_model_dir
     opted = _cfg(tmp_path, tiny_model_dir, bootstrap_truncated=True)
     out = get_strategy("mt_ppo")(eps, values, opted.credit_config())
     assert out.returns[1][last] == pytest.approx(out.token_rewards[1][last] + 7.0)
+
+
+def test_zero_advantage_groups_are_those_scored_alike():
+    from trainers.credit import CreditConfig, get_strategy
+    from trainers.episode import Episode
+    from trainers.rl import zero_advantage_groups
+
+    def ep(group: int, em: float) -> Episode:
+        return Episode(env_id="toy", group=group, token_ids=np.arange(4), loss_mask=np.array([0, 1, 1, 1], np.int8),
+                       turn_index=np.array([-1, 0, 0, 0], np.int32), logprobs=np.zeros(4),
+                       turn_rewards=[{"exact_match": em}], reward_levels={"exact_match": "outcome"},
+                       terminated=True, truncated=False)  # fmt: skip
+
+    batch = [ep(0, 1.0), ep(0, 1.0), ep(1, 0.0), ep(1, 1.0), ep(2, 0.0), ep(2, 0.0)]
+    assert zero_advantage_groups(batch, get_strategy("grpo_or"), CreditConfig()) == {0, 2}
+
+
+def test_dynamic_sampling_refills_the_batch_with_informative_groups(tmp_path, tiny_model_dir):
+    cfg = _cfg(tmp_path, tiny_model_dir, strategy="grpo_mr", kl_coef=0.0, dynamic_sampling=True, sampling_rounds=3,
+               steps=1, group_size=3, temperature=1.5)  # fmt: skip
+    train(cfg)
+    (row,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    rounds, dropped = row["rollout/sampling_rounds"], row["rollout/groups_dropped"]
+    trained = row["rollout/groups_trained"]
+    assert 1 <= rounds <= 3 and trained <= cfg.tasks_per_step
+    assert dropped + trained <= rounds * cfg.tasks_per_step  # every sampled group is either dropped or a candidate
+    assert trained == cfg.tasks_per_step or rounds == 3  # it stops early only with a full batch
+    with pytest.raises(InvalidArgument, match="--dynamic-sampling"):
+        _cfg(tmp_path, tiny_model_dir, strategy="mt_ppo", dynamic_sampling=True)
