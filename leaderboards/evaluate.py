@@ -36,6 +36,7 @@ import numpy as np
 
 import agentgym_turn
 from agentgym_turn.error import InvalidArgument
+from agentgym_turn.logs import quiet_logs
 from agentgym_turn.play import format_episode
 from agentgym_turn.policies import get_scripted_policy, run_episode
 from leaderboards.families import EpisodeResult, Family, compute_metrics, family_for
@@ -75,6 +76,7 @@ class EvalConfig:
         "write every episode to this JSONL file (overwritten): task, trial, metrics, turn rewards and its text "
         "(model: from the first model turn on, the prompt left out)",
     )
+    verbose: bool = arg(False, "vLLM's, transformers' and Java's INFO logs too (default: warnings and errors)")
 
     def __post_init__(self) -> None:
         if self.env not in agentgym_turn.ENV_SPECS:
@@ -300,6 +302,7 @@ def main(argv: list[str] | None = None) -> ResultRow:
     """Parse the flags, evaluate, and print the metrics."""
     parser = build_parser(EvalConfig, prog="python -m leaderboards.evaluate", description=__doc__.splitlines()[0])
     cfg = EvalConfig(**vars(parser.parse_args(argv)))
+    quiet_logs(cfg.verbose)
     row = evaluate(cfg)
     print(f"=== {row.env_id} · {row.model} ({row.engine}) · {row.episodes} tasks x {row.trials} trials · "
           f"{row.seconds:.1f} s · {row.truncated_episodes} cut ===")  # fmt: skip

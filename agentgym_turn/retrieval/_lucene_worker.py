@@ -44,6 +44,12 @@ def _start_jvm(classpath: str, java_home: str, options: list[str]) -> Any:
     jnius_config.add_options(*options)
     from jnius import autoclass
 
+    # java.util.logging at TURNRL_JAVA_LOG_LEVEL (agentgym_turn.logs; unset: Java's default, INFO), e.g. Lucene's
+    # warning at every index open that it runs on a Java newer than it was built for
+    level = os.environ.get("TURNRL_JAVA_LOG_LEVEL")
+    if level:
+        autoclass("java.util.logging.Logger").getLogger("").setLevel(autoclass("java.util.logging.Level").parse(level))
+
     return autoclass
 
 
