@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from agentgym_turn.error import InvalidArgument
+from agentgym_turn.logs import quiet_logs
 from trainers.config import ENV_KWARG_HELP, arg, env_kwargs_by_id, to_dict
 from trainers.credit import STRATEGIES, CreditConfig, CreditOutput, get_strategy, needs
 from trainers.credit import loss_mask as loss_tokens
@@ -84,7 +85,9 @@ class RLConfig:
     sft_episodes: int = arg(
         SFTConfig.episodes, "cold start folded in: fine-tune on this many scripted episodes first (not with --init)"
     )
-    sft_policy: str = arg("scripted:reference=0.7,scripted:direct=0.3", "scripted mixture of the cold start")
+    sft_policy: str | None = arg(
+        None, "scripted mixture of the cold start (default: the env family's, as trainers.sft: WikiTwoTurn reference)"
+    )
     sft_epochs: int = arg(SFTConfig.epochs, "passes over the cold-start demonstrations")
     sft_batch_episodes: int = arg(SFTConfig.batch_episodes, "cold-start episodes per optimizer step")
     sft_lr: float = arg(SFTConfig.lr, "learning rate of the cold start")
@@ -192,6 +195,7 @@ class RLConfig:
     )
     bf16: bool = arg(True, "bf16 autocast for generation and, with --dtype float32, the update")
     threads: int = arg(0, "torch threads (0 = torch's default)")
+    verbose: bool = arg(False, "vLLM's, transformers' and Java's INFO logs too (default: warnings and errors)")
     seed: int = arg(0, "seed of tasks, sampling and initialisation")
     out_dir: str = arg("runs/rl", "run directory: metrics.jsonl, rewards.png, checkpoints")
     resume: bool = arg(False, "continue the run in --out-dir from its latest checkpoint")
@@ -256,6 +260,10 @@ class RLConfig:
                 f"--sft-episodes={self.sft_episodes} must be >= 0, --sft-epochs={self.sft_epochs} >= 1, "
                 f"--sft-batch-episodes={self.sft_batch_episodes} >= 1 and --sft-lr={self.sft_lr} > 0."
             )
+        if self.sft_policy is None:
+            from trainers.sft import family_defaults
+
+            self.sft_policy = family_defaults(self.env).get("policy", SFTConfig.policy)
         if self.sft_episodes:
             from trainers.sft import parse_policy_mix
 
@@ -723,6 +731,7 @@ def main(argv: list[str] | None, *, prog: str, defaults: dict) -> dict[str, floa
     from trainers.config import parse_config
 
     cfg = parse_config(RLConfig, argv, prog=prog, description=__doc__.split("\n\n")[0], defaults=defaults)
+    quiet_logs(cfg.verbose)
     t0 = time.perf_counter()
     last = train(cfg)
     every = [json.loads(line) for line in (Path(cfg.out_dir) / "metrics.jsonl").read_text().splitlines()]

@@ -1,12 +1,15 @@
 """Cold start: supervised fine-tuning on scripted-policy trajectories, with the same tokenisation and masks as RL.
 
-    python -m trainers.sft --env TurnRL/WikiTwoTurn-v1 --policy scripted:reference=0.7,scripted:direct=0.3
+    python -m trainers.sft --env TurnRL/WikiTwoTurn-v1                       # the family's robust cold start
+    python -m trainers.sft --env TurnRL/WikiTwoTurn-v1 --warm-start weakened # the papers' comparisons' imperfect one
 
 A small model that never writes a tool call gets zero turn-level advantage everywhere, so RL alone cannot
 discover the tool. The env's scripted policies play ``episodes`` tasks through the same rollout code RL uses
 (token-in-token-out, chat-template deltas, ``loss_mask`` = the policy's turns); the loss is the negative
-log-likelihood of the policy tokens (per-sequence token mean). A mixture of policies (tool users and direct
-answerers) leaves the warm-started model imperfect, so RL has variance to work with. After training, the model
+log-likelihood of the policy tokens (per-sequence token mean). Each env family's default imitates its oracle-like
+policy alone, which gives the same greedy behaviour from every seed (``--warm-start default``); the papers'
+comparisons start from a deliberately imperfect mixture instead (``--warm-start weakened``, :data:`WEAKENED`), so RL
+has two behaviours to choose between. After training, the model
 plays ``eval_tasks`` held-out tasks greedily (the env's validation split, the leaderboard's task draw); the tool-use
 rate (``env/tool_called``), exact match (``env/exact_match``) and their 95% CI half-widths (``eval_ci95/...``) are
 printed and written to ``OUT/eval.json``. Start RL from it with ``--init OUT``; or fold this step into an RL run
@@ -18,7 +21,17 @@ between searching and answering is one of ~80 policy tokens of an episode, so a 
 there. Measured on WikiTwoTurn-v1 (64 x 3 / 4, bf16, one run): NLL 1.52 -> 0.023, then greedy on 48 fresh tasks:
 tool called 0.92, answered 0.98, EM 0.50 (the search-answer oracle ``scripted:reference``: EM 0.73).
 
-Other env families change some defaults (:data:`FAMILY_DEFAULTS`; a flag given wins; WikiTwoTurn keeps the above).
+**WikiTwoTurn**: ``scripted:reference`` alone (was 70% reference / 30% direct until 2026-11-24). Cause of the luck
+the mixture left (issue 26: the same command gave greedy tool use in turn 1 on 17%, 19% and 28% of 64 held-out
+tasks, EM 0.09-0.23, from run to run): the per-sequence token mean weighs each token 1/n in an episode of n policy
+tokens, and a direct episode has 26 policy tokens against 109 for a searching one, so the direct choice carried
+69-71% of the loss weight of the token that decides between searching and answering in the 64 demonstrations of
+seeds 0, 1 and 2 (63-66% of them searched): greedy decoding then picks either side by a small margin that the
+rest of the run decides. With the reference policy alone that token has one answer. Measured (64 x 3 / 4, bf16,
+greedy on the 64 held-out tasks of ``leaderboards.evaluate --seed 12345``, vLLM): seed 0 tool in turn 1 64/64,
+EM 0.406 [0.281, 0.531]; seeds 1 and 2: see ``leaderboards/README.md``.
+
+Other env families change some defaults (:data:`FAMILY_DEFAULTS`; a flag given wins).
 
 **SearchR1**: ``scripted:oracle`` alone (was 70% oracle / 30% direct). Every facts-v1 question needs a search
 (answered from the question alone: EM 0.07), so a direct demonstration teaches the wrong first move, and it weighs
@@ -75,6 +88,7 @@ from typing import Any
 import numpy as np
 
 from agentgym_turn.error import InvalidArgument
+from agentgym_turn.logs import quiet_logs
 from trainers.config import ENV_KWARG_HELP, arg, env_kwargs_by_id, parse_config, to_dict
 
 #: Defaults per env family (the id's name without ``TurnRL/`` and ``-vN``) over :class:`SFTConfig`'s own, which are
@@ -85,14 +99,43 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "Sokoban": {"policy": "scripted:bfs", "episodes": 512},
 }
 
+#: ``--warm-start weakened``: the deliberately imperfect cold starts of the papers' comparisons, per env family, over
+#: the family's defaults (a flag given still wins). They leave RL both behaviours to choose between: WikiTwoTurn
+#: 30% tool use, the papers' base-model rate (EM 0.11 greedy, ``experiments/wiki_mtgrpo.toml``); Sokoban 64 BFS
+#: rooms (success 0.31, ``experiments/sokoban_mtppo_bfs64.toml``); SearchR1 the 70% oracle / 30% direct mixture that
+#: was its default before 2026-11-23.
+WEAKENED: dict[str, dict[str, Any]] = {
+    "WikiTwoTurn": {"policy": "scripted:reference=0.3,scripted:direct=0.7", "episodes": 64, "epochs": 2},
+    "Sokoban": {"episodes": 64},
+    "SearchR1": {"policy": "scripted:oracle=0.7,scripted:direct=0.3"},
+}
+WARM_STARTS: tuple[str, ...] = ("default", "weakened")
 
-def family_defaults(env_ids: Sequence[str]) -> dict[str, Any]:
-    """The :data:`FAMILY_DEFAULTS` of ``env_ids`` when they all belong to one family, else ``{}`` (SFTConfig's).
+
+def env_family(env_ids: Sequence[str]) -> str | None:
+    """The one env family of ``env_ids`` (the id's name without ``TurnRL/`` and ``-vN``), or ``None`` when mixed."""
+    families = {env_id.rpartition("/")[2].rsplit("-v", 1)[0] for env_id in env_ids}
+    return families.pop() if len(families) == 1 else None
+
+
+def family_defaults(env_ids: Sequence[str], warm_start: str = "default") -> dict[str, Any]:
+    """The :data:`FAMILY_DEFAULTS` of ``env_ids`` when they all belong to one family, else ``{}`` (SFTConfig's);
+    ``warm_start="weakened"`` adds the family's :data:`WEAKENED` cold start over them.
 
     ``family_defaults(["TurnRL/Sokoban-v1"])`` -> ``{"policy": "scripted:bfs", "episodes": 512}``.
     """
-    families = {env_id.rpartition("/")[2].rsplit("-v", 1)[0] for env_id in env_ids}
-    return dict(FAMILY_DEFAULTS.get(families.pop(), {})) if len(families) == 1 else {}
+    if warm_start not in WARM_STARTS:
+        raise InvalidArgument(f"--warm-start {warm_start!r} is not a named cold start; use one of {WARM_STARTS}.")
+    family = env_family(env_ids)
+    out = dict(FAMILY_DEFAULTS.get(family, {})) if family else {}
+    if warm_start == "weakened":
+        if family not in WEAKENED:
+            raise InvalidArgument(
+                f"--warm-start weakened is defined for {sorted(WEAKENED)} (one family at a time), not {list(env_ids)}; "
+                "give the mixture with --policy instead."
+            )
+        out.update(WEAKENED[family])
+    return out
 
 
 def parse_policy_mix(spec: str) -> tuple[list[str], list[float]]:
@@ -128,8 +171,14 @@ class SFTConfig:
     env_weights: list[float] | None = arg(None, "sampling weight per --env id")  # noqa: RUF009
     env_kwarg: list[str] = arg([], ENV_KWARG_HELP)  # noqa: RUF009
     policy: str = arg(
-        "scripted:reference=0.7,scripted:direct=0.3",
+        "scripted:reference",
         "scripted:NAME[=WEIGHT],... mixture to imitate (SearchR1: scripted:oracle, Sokoban: scripted:bfs)",
+    )
+    warm_start: str = arg(
+        "default",
+        "named cold start: default (the family's, robust across seeds) or weakened (the papers' comparisons' "
+        "deliberately imperfect one, e.g. WikiTwoTurn 30%% tool use); flags given win",
+        choices=WARM_STARTS,
     )
     model: str = arg("smollm2", "model to fine-tune: 'smollm2', a Hugging Face id or a folder")
     init: str | None = arg(None, "checkpoint or HF folder to start from instead of --model")
@@ -147,11 +196,16 @@ class SFTConfig:
     eval_max_new_tokens: int = arg(96, "generated tokens per turn in the evaluation")
     bf16: bool = arg(True, "bf16 autocast")
     threads: int = arg(0, "torch threads (0 = torch's default)")
+    verbose: bool = arg(False, "vLLM's, transformers' and Java's INFO logs too (default: warnings and errors)")
     seed: int = arg(0, "seed of tasks, policy choice and shuffling")
     out_dir: str = arg("runs/sft", "output folder: policy/ (HF folder for --init), metrics.jsonl, eval.json")
 
     def __post_init__(self) -> None:
         parse_policy_mix(self.policy)
+        if self.warm_start not in WARM_STARTS:  # the CLI applies the named presets (parse_sft_config)
+            raise InvalidArgument(
+                f"--warm-start {self.warm_start!r} is not a named cold start; use one of {WARM_STARTS}."
+            )
         env_kwargs_by_id(self.env, self.env_kwarg)  # the syntax, checked before anything runs
         for name in ("episodes", "epochs", "batch_episodes", "max_new_tokens", "eval_max_new_tokens", "pack_tokens",
                      "share_pack_tokens"):  # fmt: skip
@@ -168,9 +222,10 @@ def parse_sft_config(argv: Sequence[str] | None) -> SFTConfig:
     (:func:`family_defaults`) or SFTConfig's."""
     peek = argparse.ArgumentParser(add_help=False)
     peek.add_argument("--env", nargs="+", default=SFTConfig().env)
-    env_ids = peek.parse_known_args(argv)[0].env
+    peek.add_argument("--warm-start", default="default")
+    known = peek.parse_known_args(argv)[0]
     return parse_config(SFTConfig, argv, prog="python -m trainers.sft", description=__doc__.split("\n\n")[0],
-                        defaults=family_defaults(env_ids))  # fmt: skip
+                        defaults=family_defaults(known.env, known.warm_start))  # fmt: skip
 
 
 def demonstrations(pool: Any, tokenizer: Any, policy_mix: str, episodes: int, seed: int, rcfg: Any) -> list[Any]:
@@ -275,6 +330,7 @@ def main(argv: list[str] | None = None) -> dict:
     from trainers.rollout import RolloutConfig
 
     cfg = parse_sft_config(argv)
+    quiet_logs(cfg.verbose)
     t0 = time.perf_counter()
     seed_everything(cfg.seed, cfg.threads)
     out = Path(cfg.out_dir)

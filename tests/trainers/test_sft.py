@@ -6,9 +6,10 @@ import json
 
 import pytest
 
+from agentgym_turn.error import InvalidArgument
 from tests.trainers import toy_env
 from trainers.rl import RLConfig, train
-from trainers.sft import FAMILY_DEFAULTS, SFTConfig, main, parse_policy_mix, parse_sft_config
+from trainers.sft import FAMILY_DEFAULTS, WEAKENED, SFTConfig, main, parse_policy_mix, parse_sft_config
 
 ENV = "tests.trainers.toy_env:" + toy_env.ENV_ID
 
@@ -32,6 +33,32 @@ def test_family_defaults_apply_per_env_family_and_flags_win():
         cfg = parse_sft_config(argv)
         base = (SFTConfig.policy, 64, 3, 4, 2048)
         assert (cfg.policy, cfg.episodes, cfg.epochs, cfg.batch_episodes, cfg.max_context) == base
+
+
+def test_wiki_default_imitates_the_reference_alone_and_weakened_is_a_named_option():
+    assert SFTConfig.policy == "scripted:reference"  # one answer at the deciding token (issue 26)
+    weak = parse_sft_config(["--warm-start", "weakened"])
+    assert (weak.policy, weak.episodes, weak.epochs) == ("scripted:reference=0.3,scripted:direct=0.7", 64, 2)
+    assert parse_sft_config(["--warm-start", "weakened", "--epochs", "3"]).epochs == 3  # a flag given wins
+    sokoban = parse_sft_config(["--env", "TurnRL/Sokoban-v1", "--warm-start", "weakened"])
+    assert (sokoban.policy, sokoban.episodes) == ("scripted:bfs", 64)  # the bfs64 warm start
+    with pytest.raises(InvalidArgument, match="weakened is defined for"):
+        parse_sft_config(["--env", "TurnRL/Sokoban-v1", "TurnRL/SearchR1-v1", "--warm-start", "weakened"])
+    with pytest.raises(InvalidArgument, match="--warm-start 'strong'"):
+        SFTConfig(warm_start="strong")
+
+
+@pytest.mark.parametrize("family", sorted(WEAKENED))
+def test_weakened_policies_exist_in_their_envs(family):
+    import gymnasium as gym
+
+    from agentgym_turn.policies import get_scripted_policy
+
+    env = gym.make(f"TurnRL/{family}-v1")
+    policy = {**FAMILY_DEFAULTS.get(family, {}), **WEAKENED[family]}.get("policy", SFTConfig.policy)
+    for name in parse_policy_mix(policy)[0]:
+        assert callable(get_scripted_policy(env, name))
+    env.close()
 
 
 @pytest.mark.parametrize("family", sorted(FAMILY_DEFAULTS))
