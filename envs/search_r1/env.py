@@ -45,6 +45,9 @@ from envs.search_r1.judge import Judge, JudgeTurn, JudgeVerdict
 from envs.search_r1.policies import SCRIPTED_POLICIES
 
 REWARD_MODES = ("verifiable", "judge")
+#: How ``retrieval`` matches the gold answers: ``"words"`` (v1: whole words in the passages' titles and texts) or
+#: ``"substring"`` (v0: a case-insensitive substring of the whole ``<information>`` block).
+RETRIEVAL_MATCHES = ("words", "substring")
 ON_JUDGE_FAILURE = ("report", "raise")
 DEFAULT_MAX_TURNS = 4
 DEFAULT_TOP_K = 3
@@ -203,12 +206,13 @@ class SearchR1Env(TurnEnv):
     ``judge_final`` (level ``outcome``) for the final turn. At the end the outcome-level prompt's 1.0/0.0 is
     reported as the metric ``env/judge_outcome`` (``judge_outcome=True``). A judge that fails or answers malformed
     text is retried ``judge_retries`` times; if it still fails, the turn's judge component pays
-    :data:`JUDGE_FAILURE_REWARD` = -1, the worst verifiable outcome and the bottom of the judge's scale (a failure
-    must never pay more than a scored turn, or a policy would learn to break the judge), ``info["judge_failed"]``
-    is True, ``info["judge"]`` holds the errors and the episode metric ``env/judge_failures`` counts them (with
-    ``on_judge_failure="raise"``, :class:`JudgeFailure` is raised instead: use it when a flaky judge must not
-    become a training signal). A failed outcome-level judge only leaves ``env/judge_outcome`` out. The verifiable
-    components of every turn are always in ``info["verifiable_components"]``.
+    :data:`JUDGE_FAILURE_REWARD` = -1 (``judge_failure_reward``), the worst verifiable outcome and the bottom of
+    the judge's scale (a failure must never pay more than a scored turn, or a policy would learn to break the
+    judge), ``info["judge_failed"]`` is True, ``info["judge"]`` holds the errors and the episode metric
+    ``env/judge_failures`` counts them (with ``on_judge_failure="raise"``, :class:`JudgeFailure` is raised instead:
+    use it when a flaky judge must not become a training signal). A failed outcome-level judge only leaves
+    ``env/judge_outcome`` out. The verifiable components of every turn are always in
+    ``info["verifiable_components"]``.
 
     ## Episode End
     Terminated by an answer turn or when ``max_turns`` turns are spent. Never truncated by the env. Final
@@ -236,6 +240,10 @@ class SearchR1Env(TurnEnv):
           ``ChatModel``; ``judge_retries``, ``judge_max_tokens`` (reply budget), ``judge_outcome``,
           ``on_judge_failure`` (``"report"``/``"raise"``).
         * ``max_query_chars``: a longer query is cut to this many characters before it is searched.
+        * ``retrieval_match``: ``"words"`` (default, see Rewards) or ``"substring"`` (v0's match:
+          :func:`~envs.search_r1.rewards.reward_retrieval_substring`).
+        * ``judge_failure_reward``: what a failed judge's turn pays (default :data:`JUDGE_FAILURE_REWARD` = -1);
+          ``None`` leaves the judge component out of that turn, as v0 did (the turn then pays 0).
         * ``max_information_tokens``: the retrieved passages are cut after this many tokens (001 D.1.3: 500;
           ``None``: no cap; :func:`cap_passages`); ``info["information_truncated"]`` says when a search was cut.
           ``information_tokenizer``: the tokenizer that counts them, the policy's for the paper's exact cap (an HF
@@ -243,6 +251,12 @@ class SearchR1Env(TurnEnv):
           punctuation marks without a tokenizer (SmolLM2's BPE makes 1.18 tokens of each on the bundled corpus).
 
     ## Version History
+    Each version's id makes it; the kwargs give the same env under the newest id:
+
+    * ``TurnRL/SearchR1-v0`` = ``gym.make("TurnRL/SearchR1-v1", question_set="lead-v0",
+      retrieval_match="substring", judge_failure_reward=None, max_information_tokens=None)`` (it warns).
+    * ``TurnRL/SearchR1-v1`` = ``gym.make("TurnRL/SearchR1-v1")``.
+
     * v0: the paper's task and rewards, with these choices where it is silent: the instructions are the system
       message and the question the user message ("Question: q"); retrieved passages are user messages; the env's
       ``<information>`` block is well formed by construction, so the intermediate format is checked on the agent's
@@ -295,6 +309,8 @@ class SearchR1Env(TurnEnv):
         max_query_chars: int = MAX_QUERY_CHARS,
         max_information_tokens: int | None = MAX_INFORMATION_TOKENS,
         information_tokenizer: str | None = None,
+        retrieval_match: str = "words",
+        judge_failure_reward: float | None = JUDGE_FAILURE_REWARD,
         max_action_chars: int = 32_768,
         render_mode: str | None = None,
     ) -> None:
@@ -322,6 +338,20 @@ class SearchR1Env(TurnEnv):
             raise InvalidArgument(
                 f"max_information_tokens={max_information_tokens!r} must be None or an int >= 1 (the paper uses 500)."
             )
+        if retrieval_match not in RETRIEVAL_MATCHES:
+            raise InvalidArgument(
+                f"retrieval_match={retrieval_match!r} is not known; use 'words' (default: whole words in the passages) "
+                "or 'substring' (v0's match over the whole <information> block)."
+            )
+        if judge_failure_reward is not None and (
+            isinstance(judge_failure_reward, bool) or not isinstance(judge_failure_reward, int | float)
+        ):
+            raise InvalidArgument(
+                f"judge_failure_reward={judge_failure_reward!r} must be a number (default {JUDGE_FAILURE_REWARD}) or "
+                "None (v0: the failed turn's judge component is left out)."
+            )
+        self.retrieval_match = retrieval_match
+        self.judge_failure_reward = judge_failure_reward
         self.max_information_tokens = max_information_tokens
         self._token_spans = (
             word_token_spans if information_tokenizer is None else tokenizer_spans(information_tokenizer)
@@ -427,7 +457,9 @@ class SearchR1Env(TurnEnv):
             info["information_truncated"] = passages != list(found)
             information = render_information(passages)
             verifiable = {
-                "retrieval": R.reward_retrieval(passages, answers),
+                "retrieval": R.reward_retrieval(passages, answers)
+                if self.retrieval_match == "words"
+                else R.reward_retrieval_substring(information, answers),
                 "format": R.reward_intermediate_format(text),
                 "search_count": R.reward_search_count(self._searches, self.search_lambda),
             }
@@ -455,8 +487,8 @@ class SearchR1Env(TurnEnv):
         question, answers = self.task["question"], self.task["answers"]
         verdict = self._judge.score_turns(question, self._judge_turns, answers, finished=final)
         info["judge"] = verdict
-        score = float(verdict.score) if verdict.ok else JUDGE_FAILURE_REWARD  # type: ignore[arg-type]
-        components = {"judge_final" if final else "judge_turn": score}
+        score = float(verdict.score) if verdict.ok else self.judge_failure_reward  # type: ignore[arg-type]
+        components = {} if score is None else {"judge_final" if final else "judge_turn": float(score)}
         if not verdict.ok:
             self._on_failure(verdict, "turn-level")
         info["judge_failed"] = not verdict.ok

@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from agentgym_turn.answers import exact_match, normalize_squad
+from agentgym_turn.answers import contains_answer, exact_match, normalize_squad
 from agentgym_turn.parsing import extract_tag
 from agentgym_turn.retrieval import Passage
 
@@ -110,6 +110,13 @@ def reward_retrieval(passages: Sequence[Passage], answers: Sequence[str]) -> flo
     the message shown when nothing is found are not passages and never match."""
     found = any(contains_words(field, answers) for p in passages for field in (p.title, p.text))
     return RETRIEVAL if found else 0.0
+
+
+def reward_retrieval_substring(information: str, answers: Sequence[str]) -> float:
+    """v0's retrieval reward (``retrieval_match="substring"``): 0.3 if any accepted answer occurs case-insensitively
+    as a substring anywhere in the rendered ``<information>`` block, its ``Doc i(Title: ...)`` labels and the
+    no-result message included (so answer ``3`` matches "Doc 3(Title:"), else 0."""
+    return RETRIEVAL if contains_answer(information, answers) else 0.0
 
 
 def reward_intermediate_format(text: str) -> float:

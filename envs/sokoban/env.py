@@ -57,6 +57,10 @@ Answer every turn in this exact format, reasoning first, then your actions separ
 Rewards: +{format_reward:g} for a well-formed turn, +{box_reward:g} for each box you push onto a target, \
 {step_penalty:g} for each action while the puzzle is unsolved, and +{success_reward:g} when every box is on a target."""
 
+#: How ``env/effective_actions`` counts: ``"box-movement"`` (v1, 001 Fig. 7: pushes and the shortest walks to them)
+#: or ``"state-change"`` (v0: every action that changed the state).
+EFFECTIVE_ACTIONS = ("box-movement", "state-change")
+
 USER_PROMPT = """The room ({height} rows x {width} columns):
 {grid}
 Turn 1 of {max_turns}: play up to {max_actions} actions."""
@@ -125,11 +129,19 @@ class SokobanEnv(TurnEnv):
 
     ## Arguments
     ``gym.make("TurnRL/Sokoban-v1", dim=(6, 6), num_boxes=1, max_actions_per_turn=3, max_turns=3,
-    min_solution_length=5, max_solution_length=None, num_gen_steps=None)``. ``max_solution_length=None`` means
-    ``max_turns * max_actions_per_turn``; ``num_gen_steps=None`` means gym-sokoban's ``int(1.7 * (h + w))``.
+    min_solution_length=5, max_solution_length=None, num_gen_steps=None, effective_actions="box-movement")``.
+    ``max_solution_length=None`` means ``max_turns * max_actions_per_turn``; ``num_gen_steps=None`` means
+    gym-sokoban's ``int(1.7 * (h + w))``. ``effective_actions``: what ``env/effective_actions`` and
+    ``env/effective_action_rate`` count, ``"box-movement"`` (default, Fig. 7, see Episode End) or
+    ``"state-change"`` (v0's count: every action that changed the state); nothing else depends on it.
     ``reset(options={"task": {"id": ..., "room": [row, ...]}})`` poses a specific room (the symbols above).
 
     ## Version History
+    Each version's id makes it; the kwargs give the same env under the newest id:
+
+    * ``TurnRL/Sokoban-v0`` = ``gym.make("TurnRL/Sokoban-v1", effective_actions="state-change")`` (it warns).
+    * ``TurnRL/Sokoban-v1`` = ``gym.make("TurnRL/Sokoban-v1")``.
+
     * v0: Appendix E's setting. Choices where the paper is silent: a box pushed off a target pays nothing (the paper
       lists no such penalty; gym-sokoban's own env charges -1), and a push from one target onto another pays
       nothing (no box newly placed); the success reward is paid on the final turn; the step penalty is not charged
@@ -163,8 +175,15 @@ class SokobanEnv(TurnEnv):
         num_gen_steps: int | None = None,
         render_mode: str | None = None,
         max_action_chars: int = 16_384,
+        effective_actions: str = "box-movement",
     ) -> None:
         super().__init__(render_mode=render_mode, max_action_chars=max_action_chars)
+        if effective_actions not in EFFECTIVE_ACTIONS:
+            raise InvalidArgument(
+                f"effective_actions={effective_actions!r} is not known; use 'box-movement' (default, 001 Fig. 7) "
+                "or 'state-change' (v0's count)."
+            )
+        self.effective_actions = effective_actions
         for name, value in (("max_actions_per_turn", max_actions_per_turn), ("max_turns", max_turns)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidArgument(f"{name}={value!r} must be a positive int (the paper uses 3).")
@@ -305,12 +324,13 @@ class SokobanEnv(TurnEnv):
     def _episode_metrics(self) -> dict[str, float]:
         assert self.board is not None and self._task is not None
         played = self._actions_played
+        effective = self._effective_actions if self.effective_actions == "box-movement" else self._state_changes
         metrics = {
             "env/success": float(self.board.solved),
-            "env/effective_action_rate": self._effective_actions / played if played else 0.0,
+            "env/effective_action_rate": effective / played if played else 0.0,
             "env/state_changing_action_rate": self._state_changes / played if played else 0.0,
             "env/actions": float(played),
-            "env/effective_actions": float(self._effective_actions),
+            "env/effective_actions": float(effective),
             "env/malformed_turns": float(self._malformed_turns),
             "env/boxes_on_target": float(self.board.boxes_on_target),
         }

@@ -180,6 +180,12 @@ class TauSpeechEnv(TauEnv):
     actions name no customer keeps the plain prompt (``env.unwrapped.profile_user_id`` is then ``None``).
 
     ## Version History
+    Each version's id makes it; the kwargs give the same env under the newest id (the airline ids alike):
+
+    * ``TurnRL/TauRetailSpeech-v0`` = ``gym.make("TurnRL/TauRetailSpeech-v1", user="scripted-v0")`` (it warns):
+      v0's customer, spoken; with ``judge=`` it pays v1's judge rewards.
+    * ``TurnRL/TauRetailSpeech-v1`` = ``gym.make("TurnRL/TauRetailSpeech-v1")``.
+
     * v0: initial version. Choices: SeedTTS (the paper's voice) is not available offline, so the customer speaks
       with a local piper voice whose two VITS noise scales are 0 (deterministic audio); ids are read in spoken
       form before synthesis (the paper gives no rule; τ²-bench's voice guidelines do); ``#`` is read "hash"; the

@@ -34,7 +34,7 @@ from envs.tau.data import DomainData, load_domain
 from envs.tau.db import Database
 from envs.tau.judge import JudgeTurn, TurnJudge, combine_tarl
 from envs.tau.toolkit import TRANSFER_TOOL, bind_tools
-from envs.tau.user import LLMUser, ScriptedUser, UserSimulator, has_stop_marker, scenario_text
+from envs.tau.user import SCRIPTED_USERS, LLMUser, UserSimulator, has_stop_marker, scenario_text
 from envs.tau.verifier import domain_tools, verify, write_tool_names
 
 MAX_TURNS = 30  # TARL Appendix B, max_turns
@@ -172,12 +172,19 @@ class TauEnv(TurnEnv):
     ## Arguments
     ``gym.make("TurnRL/TauRetail-v1", split="test", user="scripted", judge=None, max_turns=30,
     output_check=False, data_dir=None)``; ``TurnRL/TauAirline-v1`` takes the same. ``split``: ``train`` / ``test``
-    / ``base`` (``split_tasks.json``) or ``all``; ``user``: ``"scripted"``, a chat-model spec or a
-    :class:`~envs.tau.user.UserSimulator`; ``judge``: ``None`` or a chat-model spec / ``ChatModel``;
-    ``judge_max_tokens``: the judge's answer budget (2048, room for its reasoning; a small local judge needs less);
-    ``user_react``: ReAct format for the LLM customer; ``data_dir``: a tau2-bench checkout.
+    / ``base`` (``split_tasks.json``) or ``all``; ``user``: ``"scripted"``, ``"scripted-v0"`` (v0's customer,
+    :class:`~envs.tau.user.ScriptedUserV0`), a chat-model spec or a :class:`~envs.tau.user.UserSimulator`;
+    ``judge``: ``None`` or a chat-model spec / ``ChatModel``; ``judge_max_tokens``: the judge's answer budget
+    (2048, room for its reasoning; a small local judge needs less); ``user_react``: ReAct format for the LLM
+    customer; ``data_dir``: a tau2-bench checkout.
 
     ## Version History
+    Each version's id makes it; the kwargs give the same env under the newest id (the airline ids alike):
+
+    * ``TurnRL/TauRetail-v0`` = ``gym.make("TurnRL/TauRetail-v1", user="scripted-v0")`` (it warns). Only the
+      customer is v0's: with ``judge=`` a v0 id pays v1's judge rewards (below); v0's judge layout is not kept.
+    * ``TurnRL/TauRetail-v1`` = ``gym.make("TurnRL/TauRetail-v1")``.
+
     * v0: initial version. Choices where the sources are ambiguous or buggy: the judge's non-(−1) turns are scaled
       by 5/T (the paper's categories need a cap of 5; its text says 1/T); two or more −1s from the judge keep only
       the earliest; the episode ends on a successful transfer call (τ²-bench waits for the customer's
@@ -237,12 +244,13 @@ class TauEnv(TurnEnv):
         self.max_turns = max_turns
         self.output_check = bool(output_check)
         if isinstance(user, str):
-            self._user: UserSimulator = ScriptedUser() if user == "scripted" else LLMUser(user, react=user_react)
+            scripted = SCRIPTED_USERS.get(user)
+            self._user: UserSimulator = scripted() if scripted else LLMUser(user, react=user_react)
         elif hasattr(user, "start") and hasattr(user, "reply"):
             self._user = user
         else:
             raise InvalidArgument(
-                f"user={user!r}: use 'scripted', a chat-model spec 'URL#MODEL' / 'hf:...', "
+                f"user={user!r}: use 'scripted', 'scripted-v0', a chat-model spec 'URL#MODEL' / 'hf:...', "
                 "or an object with start(task) and reply(text)."
             )
         if not isinstance(judge_max_tokens, int) or judge_max_tokens < 1:

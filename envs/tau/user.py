@@ -414,6 +414,52 @@ class ScriptedUser:
         return self._request()
 
 
+#: v0's confirmation questions ("do you want me to" came with v1's customer).
+_CONFIRM_V0 = re.compile(r"\b(confirm|proceed|yes/no|go ahead|shall i|should i|would you like me to)\b", re.I)
+
+
+class ScriptedUserV0:
+    """v0's scripted customer (``user="scripted-v0"``, the default of the ``TurnRL/Tau*-v0`` ids), kept to reproduce
+    v0 results; it leaks its scenario, which :class:`ScriptedUser` does not.
+
+    It opens with the task's reason for calling and everything it knows; it answers any confirmation question
+    ("confirm", "proceed", "yes/no", ...) with a yes; to any other question it repeats what it knows; a message
+    without a question ends the conversation with ``###STOP###``. After ``patience`` answers it stops anyway.
+    """
+
+    def __init__(self, patience: int = 10) -> None:
+        self.patience = patience
+        self._known = ""
+        self._replies = 0
+
+    def start(self, task: dict[str, Any]) -> str:
+        instr = task["user_scenario"]["instructions"]
+        if isinstance(instr, str):
+            reason, known = instr, ""
+        else:
+            reason, known = instr.get("reason_for_call") or "", instr.get("known_info") or ""
+        self._known = known.strip()
+        self._replies = 0
+        return f"Hi. {reason.strip()} {self._known}".strip()
+
+    def reply(self, agent_text: str) -> str:
+        self._replies += 1
+        if self._replies > self.patience:
+            return f"I have to go now. {STOP}"
+        if "?" not in agent_text:
+            return f"Thank you, that is all. {STOP}"
+        if _CONFIRM_V0.search(agent_text):
+            return "Yes, please go ahead."
+        return f"Here is what I know: {self._known}" if self._known else "I don't know."
+
+
+#: The ``user=`` names of the scripted customers: ``"scripted"`` (v1 on) and ``"scripted-v0"``.
+SCRIPTED_USERS: dict[str, type[ScriptedUser] | type[ScriptedUserV0]] = {
+    "scripted": ScriptedUser,
+    "scripted-v0": ScriptedUserV0,
+}
+
+
 class LLMUser:
     """An LLM customer (τ²-bench guidelines, optional ReAct format) behind the shared chat-model client.
 

@@ -174,6 +174,12 @@ class WikiTwoTurnEnv(TurnEnv):
           and Python literals, as v0 did; for warm-starting weak models, not for comparing with the paper).
 
     ## Version History
+    Each version's id makes it; the kwargs give the same env under the newest id:
+
+    * ``TurnRL/WikiTwoTurn-v0`` = ``gym.make("TurnRL/WikiTwoTurn-v1", tool_parsing="tolerant",
+      question_set="lead-v0")`` (it warns). v0's ``reference`` scripted policy is now ``title``.
+    * ``TurnRL/WikiTwoTurn-v1`` = ``gym.make("TurnRL/WikiTwoTurn-v1")``.
+
     * v0: the paper's task and rewards, with these choices where it is silent or where we deviate:
       offline questions from the bundled corpus instead of TriviaQA (online users pass ``dataset="triviaqa"``);
       BM25 over lead sections instead of pyserini's ``wikipedia-kilt-doc`` full articles; results are
