@@ -8,15 +8,27 @@ Importing this package registers every ``TurnRL/...`` id with Gymnasium::
     gym.register_envs(agentgym_turn)
     env = gym.make("TurnRL/WikiTwoTurn-v1")
 
+The registry (:mod:`agentgym_turn.registration`) also keeps each id's held-out tasks (:func:`held_out_kwargs`).
+
 This package is the contract (:class:`TurnEnv`) and the shared building blocks (parsing, answers, tools,
 retrieval, chat clients, errors). It never imports torch.
 """
 
 from agentgym_turn.core import Message, RewardLevel, TurnEnv, TurnResult
-from agentgym_turn.registration import ENV_SPECS, make_vec, register_envs
+from agentgym_turn.registration import ENV_SPECS, TurnRLSpec, held_out_kwargs, make_vec, register_envs
 
 __version__ = "0.1.0"
 
-__all__ = ["ENV_SPECS", "Message", "RewardLevel", "TurnEnv", "TurnResult", "make_vec", "register_envs"]
+__all__ = [
+    "ENV_SPECS",
+    "Message",
+    "RewardLevel",
+    "TurnEnv",
+    "TurnRLSpec",
+    "TurnResult",
+    "held_out_kwargs",
+    "make_vec",
+    "register_envs",
+]
 
 register_envs()

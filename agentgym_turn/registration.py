@@ -6,34 +6,84 @@ dropping the import), or the module-prefixed id ``gym.make("agentgym_turn:TurnRL
 Entry points are strings, so importing this module imports no env code (and no torch, Java or data).
 
 Bump the ``-vN`` suffix whenever an env's rewards or dynamics change.
+
+Each id also carries its held-out tasks (:attr:`TurnRLSpec.held_out`, read with :func:`held_out_kwargs`), the way
+Gymnasium's ``EnvSpec`` carries ``reward_threshold``: evaluations and leaderboards take them from here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 
 NAMESPACE = "TurnRL"
 
-#: id -> (entry point, default kwargs)
-ENV_SPECS: dict[str, tuple[str, dict[str, Any]]] = {
-    "TurnRL/WikiTwoTurn-v1": ("envs.wiki_two_turn.env:WikiTwoTurnEnv", {}),
-    "TurnRL/SearchR1-v1": ("envs.search_r1.env:SearchR1Env", {}),
-    "TurnRL/Sokoban-v1": ("envs.sokoban.env:SokobanEnv", {}),
-    "TurnRL/TauRetail-v1": ("envs.tau.env:TauEnv", {"domain": "retail"}),
-    "TurnRL/TauAirline-v1": ("envs.tau.env:TauEnv", {"domain": "airline"}),
-    "TurnRL/TauRetailSpeech-v1": ("envs.speech.env:TauSpeechEnv", {"domain": "retail"}),
-    "TurnRL/TauAirlineSpeech-v1": ("envs.speech.env:TauSpeechEnv", {"domain": "airline"}),
-    "TurnRL/Arithmetic-v0": ("envs.arithmetic:ArithmeticEnv", {}),
+
+@dataclass(frozen=True)
+class TurnRLSpec:
+    """One registered id.
+
+    Attributes:
+        entry_point: ``"module:Class"`` of the env (a string, so registering imports no env code).
+        kwargs: the id's default ``gym.make`` kwargs.
+        held_out: the ``gym.make`` kwargs that pose the held-out tasks evaluations score (``{}``: procedural tasks,
+            held out by seed alone).
+    """
+
+    entry_point: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    held_out: Mapping[str, Any] = field(default_factory=dict)
+
+
+_WIKI = "envs.wiki_two_turn.env:WikiTwoTurnEnv"
+_SEARCH = "envs.search_r1.env:SearchR1Env"
+_SOKOBAN = "envs.sokoban.env:SokobanEnv"
+_TAU = "envs.tau.env:TauEnv"
+_SPEECH = "envs.speech.env:TauSpeechEnv"
+_TAU_HELD_OUT = {"split": "test", "output_check": False}
+
+#: id -> :class:`TurnRLSpec`.
+ENV_SPECS: dict[str, TurnRLSpec] = {
+    "TurnRL/WikiTwoTurn-v1": TurnRLSpec(_WIKI, held_out={"split": "validation"}),
+    "TurnRL/SearchR1-v1": TurnRLSpec(_SEARCH, held_out={"dataset": "wiki", "split": "test"}),
+    "TurnRL/Sokoban-v1": TurnRLSpec(_SOKOBAN),
+    "TurnRL/TauRetail-v1": TurnRLSpec(_TAU, {"domain": "retail"}, _TAU_HELD_OUT),
+    "TurnRL/TauAirline-v1": TurnRLSpec(_TAU, {"domain": "airline"}, _TAU_HELD_OUT),
+    "TurnRL/TauRetailSpeech-v1": TurnRLSpec(_SPEECH, {"domain": "retail"}, {"split": "test"}),
+    "TurnRL/TauAirlineSpeech-v1": TurnRLSpec(_SPEECH, {"domain": "airline"}, {"split": "test"}),
+    "TurnRL/Arithmetic-v0": TurnRLSpec("envs.arithmetic:ArithmeticEnv"),
 }
+
+
+def _bare(env_id: str) -> str:
+    """``"agentgym_turn:TurnRL/Name-v0"`` -> ``"TurnRL/Name-v0"`` (the module prefix ``gym.make`` accepts)."""
+    return env_id.rpartition(":")[2]
+
+
+def _spec(env_id: str) -> TurnRLSpec:
+    from agentgym_turn.error import InvalidArgument
+
+    spec = ENV_SPECS.get(_bare(env_id))
+    if spec is None:
+        raise InvalidArgument(f"{env_id!r} is not a TurnRL id; registered: {sorted(ENV_SPECS)}.")
+    return spec
+
+
+def held_out_kwargs(env_id: str) -> dict[str, Any]:
+    """The ``gym.make`` kwargs that pose ``env_id``'s held-out tasks (``{}`` when its tasks are procedural and held
+    out by seed alone): ``held_out_kwargs("TurnRL/WikiTwoTurn-v1")`` -> ``{"split": "validation"}``. A
+    module-prefixed id (``"agentgym_turn:TurnRL/..."``) is accepted; an unknown one raises ``InvalidArgument``."""
+    return dict(_spec(env_id).held_out)
 
 
 def register_envs() -> None:
     """Register every id in :data:`ENV_SPECS` that is not registered yet (idempotent)."""
-    for env_id, (entry_point, kwargs) in ENV_SPECS.items():
+    for env_id, spec in ENV_SPECS.items():
         if env_id not in gym.registry:
-            gym.register(id=env_id, entry_point=entry_point, kwargs=dict(kwargs), disable_env_checker=False)
+            gym.register(id=env_id, entry_point=spec.entry_point, kwargs=dict(spec.kwargs), disable_env_checker=False)
 
 
 def make_vec(env_id: str, num_envs: int, *, vectorization_mode: str = "async", **kwargs: Any) -> gym.vector.VectorEnv:

@@ -27,6 +27,7 @@ import numpy as np
 
 from agentgym_turn.error import InvalidArgument
 from agentgym_turn.metrics import bootstrap_ci, pass_hat_k_ci
+from agentgym_turn.registration import held_out_kwargs
 
 BOOTSTRAP_SAMPLES = 2000
 CONFIDENCE = 0.95
@@ -67,7 +68,8 @@ class Family:
         temperature: default sampling temperature of a model (trials of a greedy model would all be equal).
         max_turns: default policy-turn budget of a model episode (the env's own budget when it is smaller).
         max_new_tokens: default token budget per model turn.
-        env_kwargs: ``gym.make`` kwargs of the evaluation (a held-out split), merged under ``--env-kwarg``.
+        env_kwargs: ``gym.make`` kwargs of the evaluation, merged under ``--env-kwarg``: the registry's held-out
+            kwargs of the family's ids (:func:`agentgym_turn.registration.held_out_kwargs`).
         group_by: columns that tell rows apart: an env kwarg (SearchR1's ``dataset``) or a name of ``env_groups``.
         env_groups: ``{column: {env_id: value}}`` for group columns fixed by the env id (speech's eval mode).
         also_show: ``{env_id: other ids}`` whose runs join ``env_id``'s table (speech shows the text env's runs).
@@ -124,7 +126,7 @@ FAMILIES: dict[str, Family] = {
         ),
         max_turns=2,
         max_new_tokens=128,
-        env_kwargs={"split": "validation"},
+        env_kwargs=held_out_kwargs("TurnRL/WikiTwoTurn-v1"),
         notes="Reported rows: Qwen2.5-7B on TriviaQA with pyserini Wikipedia search, after 300 GRPO steps. Our rows: "
         "the offline `facts-v1` questions of the bundled ~10k-article corpus (BM25 top-1), validation split; "
         "`scripted:reference` answers whenever its verbatim search returns the answer (the task's search-answer "
@@ -144,7 +146,7 @@ FAMILIES: dict[str, Family] = {
         ),
         max_turns=4,
         max_new_tokens=128,
-        env_kwargs={"dataset": "wiki", "split": "test"},
+        env_kwargs=held_out_kwargs("TurnRL/SearchR1-v1"),
         group_by=("dataset",),
         notes="Reported rows: Qwen2.5-7B, E5 retriever over the 2018 Wikipedia dump, 3 passages, 4 turns (the paper's "
         "Table 2 gives no retrieval row). Our rows: the offline `facts-v1` 1/2-hop questions (`dataset=wiki`, 25% "
@@ -163,6 +165,7 @@ FAMILIES: dict[str, Family] = {
         ),
         max_turns=3,
         max_new_tokens=128,
+        env_kwargs=held_out_kwargs("TurnRL/Sokoban-v1"),
         notes="Reported rows: Qwen2.5-VL-3B at RL step 300, 6x6 rooms with one box, 3 turns of up to 3 actions. "
         "Ours: the same room setting (text observation). Effective action rate as Fig. 7 defines it from v1 on: a push "
         "that moves a box, and the steps of the shortest walk to the cell it was pushed from (see the env docstring); "
@@ -182,7 +185,7 @@ FAMILIES: dict[str, Family] = {
         temperature=1.0,
         max_turns=30,
         max_new_tokens=256,
-        env_kwargs={"split": "test", "output_check": False},
+        env_kwargs=held_out_kwargs("TurnRL/TauRetail-v1"),
         group_by=("output_check",),
         notes="Reported rows: Qwen3-8B (and GPT-4.1, xLAM-2-8B) with an LLM user simulator, up to 30 turns, all 115 "
         "retail / 50 airline test tasks. Ours: the scripted user of `envs/tau` (it gives facts only when asked and "
@@ -201,6 +204,7 @@ FAMILIES: dict[str, Family] = {
         columns=(Column("success", "Success", "env/success"),),
         max_turns=3,
         max_new_tokens=256,
+        env_kwargs=held_out_kwargs("TurnRL/Arithmetic-v0"),
     ),
     "speech": Family(
         name="speech",
@@ -212,7 +216,7 @@ FAMILIES: dict[str, Family] = {
         temperature=1.0,
         max_turns=30,
         max_new_tokens=256,
-        env_kwargs={"split": "test"},
+        env_kwargs=held_out_kwargs("TurnRL/TauRetailSpeech-v1"),
         group_by=("eval mode",),
         env_groups={
             "eval mode": {

@@ -10,9 +10,10 @@ as ``eval_ci95/...``::
     row.update(evaluate_policy(engine, tokenizer, held_out, pools))
     # {"eval/env/exact_match": 0.31, "eval_ci95/env/exact_match": 0.11, "eval/env/tool_called": 0.94, ...}
 
-**Which tasks.** Each env is made with its leaderboard family's held-out kwargs (``leaderboards.families``:
-WikiTwoTurn ``split="validation"``, SearchR1 ``split="test"``; Sokoban rooms are procedural, held out by seed),
-updated by ``env_kwargs``. Task seeds are drawn from ``numpy.random.default_rng(seed)`` exactly as
+**Which tasks.** Each env is made with its id's held-out kwargs, kept in the registry beside the id
+(:func:`agentgym_turn.registration.held_out_kwargs`, which the leaderboard families read too: WikiTwoTurn
+``split="validation"``, SearchR1 ``split="test"``; Sokoban rooms are procedural, held out by seed), updated by
+``env_kwargs``. Task seeds are drawn from ``numpy.random.default_rng(seed)`` exactly as
 ``leaderboards.evaluate`` draws them (:func:`leaderboards.evaluate.task_seeds`), so an in-training evaluation with
 seed S and N tasks poses the same tasks as ``python -m leaderboards.evaluate --seed S --episodes N`` and its numbers
 are comparable with the leaderboard's.
@@ -41,17 +42,19 @@ CONFIDENCE = 0.95
 
 
 def held_out_kwargs(env_id: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """``gym.make`` kwargs of ``env_id``'s held-out tasks: its leaderboard family's (e.g. ``split="validation"``),
-    updated by ``overrides``. An env without a leaderboard family needs explicit ``overrides`` (``{}`` when its
-    tasks are held out by seed alone), so an evaluation never falls back to the training split unnoticed."""
-    from leaderboards.families import FAMILIES
+    """``gym.make`` kwargs of ``env_id``'s held-out tasks: the registry's (e.g. ``split="validation"``,
+    :func:`agentgym_turn.registration.held_out_kwargs`), updated by ``overrides``. An env that is not a TurnRL id
+    needs explicit ``overrides`` (``{}`` when its tasks are held out by seed alone), so an evaluation never falls
+    back to the training split unnoticed."""
+    from agentgym_turn.registration import ENV_SPECS
+    from agentgym_turn.registration import held_out_kwargs as registered
 
     bare = env_id.rpartition(":")[2]  # "pkg.module:TurnRL/Name-v0" -> "TurnRL/Name-v0"
-    base = next((dict(f.env_kwargs) for f in FAMILIES.values() if bare in f.env_ids), None)
+    base = registered(bare) if bare in ENV_SPECS else None
     if base is None and overrides is None:
         raise InvalidArgument(
-            f"{env_id!r} has no leaderboard family (leaderboards.families), so its held-out split is unknown; pass "
-            "env_kwargs, e.g. {'split': 'validation'}, or {} when its tasks are held out by seed alone."
+            f"{env_id!r} is not a TurnRL id, so it has no held-out split in the registry (and no leaderboard family); "
+            "pass env_kwargs, e.g. {'split': 'validation'}, or {} when its tasks are held out by seed alone."
         )
     return {**(base or {}), **dict(overrides or {})}
 
