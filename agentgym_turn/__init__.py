@@ -8,7 +8,8 @@ Importing this package registers every ``TurnRL/...`` id with Gymnasium::
     gym.register_envs(agentgym_turn)
     env = gym.make("TurnRL/WikiTwoTurn-v1")
 
-The registry (:mod:`agentgym_turn.registration`) also keeps each id's held-out tasks (:func:`held_out_kwargs`).
+Older ids stay registered (``TurnRL/WikiTwoTurn-v0`` is v1 with v0's kwargs) and warn when made; see
+:mod:`agentgym_turn.registration`, which also keeps each id's held-out tasks (:func:`held_out_kwargs`).
 
 This package is the contract (:class:`TurnEnv`) and the shared building blocks (parsing, answers, tools,
 retrieval, chat clients, errors). It never imports torch.

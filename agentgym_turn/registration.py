@@ -5,7 +5,23 @@ Gymnasium 1.x no longer loads ``gymnasium.envs`` entry-point plugins, so registr
 dropping the import), or the module-prefixed id ``gym.make("agentgym_turn:TurnRL/WikiTwoTurn-v1")``.
 Entry points are strings, so importing this module imports no env code (and no torch, Java or data).
 
-Bump the ``-vN`` suffix whenever an env's rewards or dynamics change.
+Bump the ``-vN`` suffix whenever an env's rewards or dynamics change, and keep the old id: an env's defaults are its
+newest version, and every older id stays registered with the kwargs that give its behaviour back
+(:attr:`TurnRLSpec.kwargs`). Making an older id works and warns::
+
+    >>> import warnings, gymnasium as gym
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     env = gym.make("TurnRL/Sokoban-v0")
+    >>> env.unwrapped.effective_actions, env.spec.kwargs
+    ('state-change', {'effective_actions': 'state-change'})
+    >>> print(next(str(w.message) for w in caught if str(w.message).startswith("TurnRL/")))  # doctest: +ELLIPSIS
+    TurnRL/Sokoban-v0 is out of date: v1's env/effective_action_rate ...; use TurnRL/Sokoban-v1, or TurnRL/Sokoban-v1 \
+with effective_actions='state-change' to keep TurnRL/Sokoban-v0's behaviour.
+
+Gymnasium warns by itself too ("The environment TurnRL/Sokoban-v0 is out of date. You should consider upgrading to
+version `v1`."), from ``gym.make`` of a string id only; the warning above says what changed, and comes also when an
+older id is made from its spec (vector envs, ``gym.make(env.spec)``).
 
 Each id also carries its held-out tasks (:attr:`TurnRLSpec.held_out`, read with :func:`held_out_kwargs`), the way
 Gymnasium's ``EnvSpec`` carries ``reward_threshold``: evaluations and leaderboards take them from here.
@@ -13,11 +29,13 @@ Gymnasium's ``EnvSpec`` carries ``reward_threshold``: evaluations and leaderboar
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.envs.registration import load_env_creator, parse_env_id
 
 NAMESPACE = "TurnRL"
 
@@ -28,14 +46,17 @@ class TurnRLSpec:
 
     Attributes:
         entry_point: ``"module:Class"`` of the env (a string, so registering imports no env code).
-        kwargs: the id's default ``gym.make`` kwargs.
+        kwargs: the id's default ``gym.make`` kwargs; an older id's are the ones that give its behaviour back.
         held_out: the ``gym.make`` kwargs that pose the held-out tasks evaluations score (``{}``: procedural tasks,
             held out by seed alone).
+        outdated: for an id below its env's newest version, what the newer version changed, in one clause of the
+            ``DeprecationWarning`` that making it emits; ``""`` for a current id.
     """
 
     entry_point: str
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     held_out: Mapping[str, Any] = field(default_factory=dict)
+    outdated: str = ""
 
 
 _WIKI = "envs.wiki_two_turn.env:WikiTwoTurnEnv"
@@ -44,8 +65,14 @@ _SOKOBAN = "envs.sokoban.env:SokobanEnv"
 _TAU = "envs.tau.env:TauEnv"
 _SPEECH = "envs.speech.env:TauSpeechEnv"
 _TAU_HELD_OUT = {"split": "test", "output_check": False}
+_TAU_V0 = (
+    "v1's scripted customer gives each fact only when the agent asks for it and confirms only the task's gold "
+    "writes (v0's recited its scenario and said yes to every confirmation), and with a judge v1 pays raw per-turn "
+    "scores as late rewards (a v0 id keeps v1's judge rewards)"
+)
+_SPEECH_V0 = f"{_TAU_V0}; the spoken turns follow the customer"
 
-#: id -> :class:`TurnRLSpec`.
+#: id -> :class:`TurnRLSpec`; newest versions first, then the older ids that still make.
 ENV_SPECS: dict[str, TurnRLSpec] = {
     "TurnRL/WikiTwoTurn-v1": TurnRLSpec(_WIKI, held_out={"split": "validation"}),
     "TurnRL/SearchR1-v1": TurnRLSpec(_SEARCH, held_out={"dataset": "wiki", "split": "test"}),
@@ -55,6 +82,43 @@ ENV_SPECS: dict[str, TurnRLSpec] = {
     "TurnRL/TauRetailSpeech-v1": TurnRLSpec(_SPEECH, {"domain": "retail"}, {"split": "test"}),
     "TurnRL/TauAirlineSpeech-v1": TurnRLSpec(_SPEECH, {"domain": "airline"}, {"split": "test"}),
     "TurnRL/Arithmetic-v0": TurnRLSpec("envs.arithmetic:ArithmeticEnv"),
+    # ---- older versions: the newest env with the kwargs that give the old behaviour back
+    "TurnRL/WikiTwoTurn-v0": TurnRLSpec(
+        _WIKI,
+        {"tool_parsing": "tolerant", "question_set": "lead-v0"},
+        {"split": "validation"},
+        outdated="v1 parses tool calls strictly (0.2 only for one valid JSON object in <tool>; v0 also paid fenced, "
+        "prose-wrapped and Python-literal calls) and asks the facts-v1 questions (v0's lead-v0 questions were "
+        "solved by copying the first hit's title)",
+    ),
+    "TurnRL/SearchR1-v0": TurnRLSpec(
+        _SEARCH,
+        {
+            "question_set": "lead-v0",
+            "retrieval_match": "substring",
+            "judge_failure_reward": None,
+            "max_information_tokens": None,
+        },
+        {"dataset": "wiki", "split": "test"},
+        outdated="v1 pays retrieval only for a gold answer in the retrieved passages' titles and texts as whole words "
+        "(v0 matched substrings of the whole <information> block, 'Doc 3(Title:' labels included), pays -1 for a "
+        "failed judge (v0 left the component out), caps retrieved content at 500 tokens and asks the facts-v1 "
+        "questions (v0: lead-v0)",
+    ),
+    "TurnRL/Sokoban-v0": TurnRLSpec(
+        _SOKOBAN,
+        {"effective_actions": "state-change"},
+        outdated="v1's env/effective_action_rate counts pushes and the shortest walks to them (001 Fig. 7; v0 "
+        "counted every action that changed the state); rewards, dynamics and rooms are unchanged",
+    ),
+    "TurnRL/TauRetail-v0": TurnRLSpec(_TAU, {"domain": "retail", "user": "scripted-v0"}, _TAU_HELD_OUT, _TAU_V0),
+    "TurnRL/TauAirline-v0": TurnRLSpec(_TAU, {"domain": "airline", "user": "scripted-v0"}, _TAU_HELD_OUT, _TAU_V0),
+    "TurnRL/TauRetailSpeech-v0": TurnRLSpec(
+        _SPEECH, {"domain": "retail", "user": "scripted-v0"}, {"split": "test"}, _SPEECH_V0
+    ),
+    "TurnRL/TauAirlineSpeech-v0": TurnRLSpec(
+        _SPEECH, {"domain": "airline", "user": "scripted-v0"}, {"split": "test"}, _SPEECH_V0
+    ),
 }
 
 
@@ -72,6 +136,15 @@ def _spec(env_id: str) -> TurnRLSpec:
     return spec
 
 
+def versions(env_id: str) -> tuple[str, ...]:
+    """Every registered id of ``env_id``'s env, newest first: ``versions("TurnRL/Sokoban-v0")`` ->
+    ``("TurnRL/Sokoban-v1", "TurnRL/Sokoban-v0")``."""
+    _spec(env_id)  # an unknown id raises
+    ns, name, _ = parse_env_id(_bare(env_id))
+    mine = [(parse_env_id(i)[2] or 0, i) for i in ENV_SPECS if parse_env_id(i)[:2] == (ns, name)]
+    return tuple(i for _, i in sorted(mine, reverse=True))
+
+
 def held_out_kwargs(env_id: str) -> dict[str, Any]:
     """The ``gym.make`` kwargs that pose ``env_id``'s held-out tasks (``{}`` when its tasks are procedural and held
     out by seed alone): ``held_out_kwargs("TurnRL/WikiTwoTurn-v1")`` -> ``{"split": "validation"}``. A
@@ -79,11 +152,49 @@ def held_out_kwargs(env_id: str) -> dict[str, Any]:
     return dict(_spec(env_id).held_out)
 
 
+def deprecation_message(env_id: str) -> str:
+    """The warning of an older id: what the newest version changed, its id, and the kwargs that make this id."""
+    spec, newest = _spec(env_id), versions(env_id)[0]
+    if not spec.outdated:
+        raise ValueError(f"{env_id!r} is a current id; only older ids have a deprecation message.")
+    base = ENV_SPECS[newest].kwargs
+    differ = ", ".join(f"{k}={v!r}" for k, v in spec.kwargs.items() if k not in base or base[k] != v)
+    old = _bare(env_id)
+    return f"{old} is out of date: {spec.outdated}; use {newest}, or {newest} with {differ} to keep {old}'s behaviour."
+
+
+def _creator_name(env_id: str) -> str:
+    """The entry point an older id is registered with: ``TurnRL/Sokoban-v0`` -> ``make_Sokoban_v0``."""
+    return "make_" + env_id.split("/")[-1].replace("-", "_")
+
+
+def _outdated_creator(env_id: str) -> Callable[..., gym.Env]:
+    creator = load_env_creator(ENV_SPECS[env_id].entry_point)
+
+    def make_outdated(**kwargs: Any) -> gym.Env:
+        # stacklevel 3: the caller of gym.make (this function <- gymnasium's make <- the caller)
+        warnings.warn(deprecation_message(env_id), DeprecationWarning, stacklevel=3)
+        return creator(**kwargs)
+
+    make_outdated.metadata = getattr(creator, "metadata", {})  # type: ignore[attr-defined]  # gym.make reads it
+    return make_outdated
+
+
+def __getattr__(name: str) -> Callable[..., gym.Env]:
+    """The string entry points of older ids (``make_Sokoban_v0``, ...): each warns with :func:`deprecation_message`,
+    then makes the env class of the id's :attr:`TurnRLSpec.entry_point`."""
+    for env_id, spec in ENV_SPECS.items():
+        if spec.outdated and _creator_name(env_id) == name:
+            return _outdated_creator(env_id)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def register_envs() -> None:
     """Register every id in :data:`ENV_SPECS` that is not registered yet (idempotent)."""
     for env_id, spec in ENV_SPECS.items():
         if env_id not in gym.registry:
-            gym.register(id=env_id, entry_point=spec.entry_point, kwargs=dict(spec.kwargs), disable_env_checker=False)
+            entry_point = f"{__name__}:{_creator_name(env_id)}" if spec.outdated else spec.entry_point
+            gym.register(id=env_id, entry_point=entry_point, kwargs=dict(spec.kwargs), disable_env_checker=False)
 
 
 def make_vec(env_id: str, num_envs: int, *, vectorization_mode: str = "async", **kwargs: Any) -> gym.vector.VectorEnv:

@@ -27,7 +27,7 @@ import numpy as np
 
 from agentgym_turn.error import InvalidArgument
 from agentgym_turn.metrics import bootstrap_ci, pass_hat_k_ci
-from agentgym_turn.registration import held_out_kwargs
+from agentgym_turn.registration import held_out_kwargs, versions
 
 BOOTSTRAP_SAMPLES = 2000
 CONFIDENCE = 0.95
@@ -62,7 +62,8 @@ class Family:
         name: registry key.
         title: section title of the README.
         paper: which seed table the columns reproduce.
-        env_ids: the ids evaluated with these columns.
+        env_ids: the ids evaluated with these columns: the current versions (one table each, :attr:`table_ids`),
+            then their older versions, whose rows join the current version's table.
         columns: the reported numbers, in table order.
         trials: default trials per task (pass^k needs k of them).
         temperature: default sampling temperature of a model (trials of a greedy model would all be equal).
@@ -91,6 +92,11 @@ class Family:
     also_show: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     notes: str = ""
 
+    @property
+    def table_ids(self) -> tuple[str, ...]:
+        """The ids with a table of their own: those of :attr:`env_ids` that are their env's newest version."""
+        return tuple(i for i in self.env_ids if versions(i)[0] == i)
+
     def group_value(self, name: str, env_id: str, env_kwargs: Mapping[str, Any]) -> str:
         """A row's value of the ``group_by`` column ``name``: fixed per env id (``env_groups``) or an env kwarg (the
         family's default when the row does not set it; booleans shown as ``on`` / ``off``)."""
@@ -107,6 +113,11 @@ class Family:
         raise KeyError(f"{self.name} has no column {key!r}; columns: {[c.key for c in self.columns]}.")
 
 
+def _every_version(*env_ids: str) -> tuple[str, ...]:
+    """``env_ids`` (current versions), then every older registered version of each."""
+    return (*env_ids, *(old for i in env_ids for old in versions(i) if old not in env_ids))
+
+
 def _pass_columns(scale: float) -> tuple[Column, ...]:
     passes = [Column(f"pass^{k}", f"pass^{k}", "env/success", kind="pass_k", k=k, scale=scale) for k in range(1, 5)]
     return (*passes, Column("success", "success (mean ± sd over trials)", "env/success", scale=scale))
@@ -117,7 +128,7 @@ FAMILIES: dict[str, Family] = {
         name="wiki_two_turn",
         title="WikiTwoTurn (MT-GRPO)",
         paper="000_… Table 2: mean reward components on the validation set",
-        env_ids=("TurnRL/WikiTwoTurn-v1",),
+        env_ids=_every_version("TurnRL/WikiTwoTurn-v1"),
         columns=(
             Column("tool_execution", "Tool Execution (0-0.2)", "reward/tool_execution"),
             Column("search_answer", "Search Answer (0-0.5)", "reward/search_answer"),
@@ -138,7 +149,7 @@ FAMILIES: dict[str, Family] = {
         name="search_r1",
         title="SearchR1 (MT-PPO)",
         paper="001_… Table 2: answer (exact match), format and retrieval correctness per dataset",
-        env_ids=("TurnRL/SearchR1-v1",),
+        env_ids=_every_version("TurnRL/SearchR1-v1"),
         columns=(
             Column("answer", "Answer Correctness (EM)", "env/answer_correct"),
             Column("format", "Format Correctness", "env/format_correct"),
@@ -158,7 +169,7 @@ FAMILIES: dict[str, Family] = {
         name="sokoban",
         title="Sokoban (MT-PPO, App. E)",
         paper="001_… Table 5: success rate and effective action rate",
-        env_ids=("TurnRL/Sokoban-v1",),
+        env_ids=_every_version("TurnRL/Sokoban-v1"),
         columns=(
             Column("success", "Success Rate", "env/success"),
             Column("effective_action_rate", "Effective Action Rate", "env/effective_action_rate"),
@@ -179,7 +190,7 @@ FAMILIES: dict[str, Family] = {
         name="tau",
         title="τ-bench (TARL)",
         paper="003_… Tables 1–2 (without the output check) and Tables 6–7 (with it): pass^1..pass^4 in %",
-        env_ids=("TurnRL/TauRetail-v1", "TurnRL/TauAirline-v1"),
+        env_ids=_every_version("TurnRL/TauRetail-v1", "TurnRL/TauAirline-v1"),
         columns=_pass_columns(100.0),
         trials=4,
         temperature=1.0,
@@ -200,7 +211,7 @@ FAMILIES: dict[str, Family] = {
         name="arithmetic",
         title="Arithmetic (TARL's math tasks)",
         paper="no paper table: TARL mixes math problems into training only (003_… §3.1)",
-        env_ids=("TurnRL/Arithmetic-v0",),
+        env_ids=_every_version("TurnRL/Arithmetic-v0"),
         columns=(Column("success", "Success", "env/success"),),
         max_turns=3,
         max_new_tokens=256,
@@ -210,7 +221,7 @@ FAMILIES: dict[str, Family] = {
         name="speech",
         title="τ-bench with a speaking user (TARL)",
         paper="003_… Table 3: pass^1..pass^4 in %, speech vs text evaluation",
-        env_ids=("TurnRL/TauRetailSpeech-v1", "TurnRL/TauAirlineSpeech-v1"),
+        env_ids=_every_version("TurnRL/TauRetailSpeech-v1", "TurnRL/TauAirlineSpeech-v1"),
         columns=_pass_columns(100.0),
         trials=4,
         temperature=1.0,
@@ -220,10 +231,8 @@ FAMILIES: dict[str, Family] = {
         group_by=("eval mode",),
         env_groups={
             "eval mode": {
-                "TurnRL/TauRetailSpeech-v1": "speech",
-                "TurnRL/TauAirlineSpeech-v1": "speech",
-                "TurnRL/TauRetail-v1": "text",
-                "TurnRL/TauAirline-v1": "text",
+                **dict.fromkeys(_every_version("TurnRL/TauRetailSpeech-v1", "TurnRL/TauAirlineSpeech-v1"), "speech"),
+                **dict.fromkeys(_every_version("TurnRL/TauRetail-v1", "TurnRL/TauAirline-v1"), "text"),
             }
         },
         also_show={

@@ -183,7 +183,7 @@ def render_sections(results_dir: Path, env_ids: Sequence[str], plots_rel: str = 
     rows = latest_per_config(read_rows(results_dir))
     out: list[str] = []
     for family in FAMILIES.values():
-        ids = [i for i in family.env_ids if i in env_ids]
+        ids = [i for i in family.table_ids if i in env_ids]  # older versions' rows join their env's table
         if not ids:
             continue
         out += [f"## {family.title}", "", f"Columns: {family.paper}.", ""]
@@ -267,7 +267,7 @@ def regenerate(results_dir: Path, env_ids: Sequence[str], changed: str | None = 
     root = results_dir.parent
     rows = latest_per_config(read_rows(results_dir))
     for family in FAMILIES.values():
-        for env_id in family.env_ids:
+        for env_id in family.table_ids:
             shown = (env_id, *family.also_show.get(env_id, ()))
             mine = table_rows(rows, shown)
             path = root / "plots" / f"{env_id.split('/')[-1]}.png"
