@@ -3,6 +3,7 @@ their held-out tasks; the leaderboards accept them."""
 
 from __future__ import annotations
 
+import doctest
 import subprocess
 import sys
 import warnings
@@ -11,7 +12,7 @@ import gymnasium as gym
 import pytest
 
 import agentgym_turn
-from agentgym_turn import ENV_SPECS
+from agentgym_turn import ENV_SPECS, registration
 from agentgym_turn.error import InvalidArgument
 from agentgym_turn.policies import get_scripted_policy
 from agentgym_turn.registration import deprecation_message, held_out_kwargs, versions
@@ -116,6 +117,11 @@ def test_module_prefixed_old_id_makes_and_warns_in_a_fresh_process():
     )
     assert lines[0] == "SokobanEnv state-change"
     assert f"DeprecationWarning: {deprecation_message('TurnRL/Sokoban-v0')}" in lines
+
+
+def test_the_registry_example_runs_as_written():
+    result = doctest.testmod(registration, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
 
 
 def test_unknown_ids_still_fail_with_gymnasiums_hint():
