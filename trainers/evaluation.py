@@ -155,11 +155,15 @@ def summarize(episodes: Sequence[Any], stop_ids: Sequence[int], prefix: str = "e
 
 
 def evaluate_policy(
-    engine: Any, tokenizer: Any, held_out: HeldOut, pools: Mapping[str, Any] | None = None
+    engine: Any,
+    tokenizer: Any,
+    held_out: HeldOut,
+    pools: Mapping[str, Any] | None = None,
+    record: dict[str, list[Any]] | None = None,
 ) -> dict[str, float]:
     """Greedy episodes of the engine's current policy on the fixed held-out tasks; ``eval/...`` means and
     ``eval_ci95/...`` half-widths (see the module docstring). ``pools`` from :meth:`HeldOut.pools` (made and
-    closed here when ``None``)."""
+    closed here when ``None``). ``record``: each env id's episodes are put there too (the trainer's traces)."""
     import time
 
     from trainers.engines import stop_token_ids
@@ -176,6 +180,8 @@ def evaluate_policy(
             episodes, stats = play_greedy(engine, tokenizer, pools[env_id], rcfg, tasks=held_out.tasks,
                                           seed=held_out.seed)  # fmt: skip
             tokens += stats.policy_tokens
+            if record is not None:
+                record[env_id] = episodes
             name = env_id.rsplit("/", 1)[-1]
             prefix = "eval/" if len(held_out.env_ids) == 1 else f"eval/{name}/"
             out.update(summarize(episodes, stop_token_ids(tokenizer), prefix))

@@ -60,6 +60,7 @@ from agentgym_turn.logs import quiet_logs
 from trainers.config import ENV_KWARG_HELP, arg, env_kwargs_by_id, to_dict
 from trainers.credit import STRATEGIES, CreditConfig, CreditOutput, get_strategy, needs
 from trainers.credit import loss_mask as loss_tokens
+from trainers.device import DEVICE_HELP, check_device_spec
 from trainers.engines import ENGINES, default_engine
 from trainers.episode import Episode
 from trainers.rollout import EnvPool
@@ -187,6 +188,14 @@ class RLConfig:
     )
     lora_rank: int = arg(0, "LoRA rank (0 = full fine-tuning); needs peft")
     lora_alpha: float = arg(16.0, "LoRA alpha")
+    lora_targets: list[str] = arg(  # noqa: RUF009
+        ["all-linear"], "LoRA target modules: all-linear (every linear layer but the LM head) or names, e.g. q_proj v_proj"
+    )
+    save_merged: bool = arg(
+        False,
+        "LoRA: checkpoints also hold policy/, the adapter merged into a plain HF folder (what --init, "
+        "leaderboards.evaluate and vLLM load); adapter/ is always saved",
+    )
     dtype: str = arg(
         "bfloat16",
         "weights of the update: bfloat16 weights with fp32 master weights and optimizer state (no per-forward casts; "
@@ -195,12 +204,24 @@ class RLConfig:
     )
     bf16: bool = arg(True, "bf16 autocast for generation and, with --dtype float32, the update")
     threads: int = arg(0, "torch threads (0 = torch's default)")
+    device: str = arg("auto", DEVICE_HELP)
     verbose: bool = arg(False, "vLLM's, transformers' and Java's INFO logs too (default: warnings and errors)")
     seed: int = arg(0, "seed of tasks, sampling and initialisation")
     out_dir: str = arg("runs/rl", "run directory: metrics.jsonl, rewards.png, checkpoints")
     resume: bool = arg(False, "continue the run in --out-dir from its latest checkpoint")
     save_every: int = arg(1, "checkpoint every N steps (1: a kill loses at most the step in flight)")
     check_prefix: bool = arg(True, "check the token/template prefix invariant every turn")
+    log: str = arg(
+        "jsonl",
+        "metric loggers, comma-separated: jsonl (RUN/metrics.jsonl, always on), tensorboard (RUN/tensorboard), wandb "
+        "(RUN/wandb, offline unless WANDB_MODE says otherwise); trainers.loggers",
+    )
+    trace_every: int = arg(
+        5,
+        "every N steps (and the first and last) write --trace-episodes episodes with each policy token's advantage "
+        "to RUN/traces/step_NNNNNN.jsonl.gz for python -m leaderboards.view (0 = off); held-out evaluations always",
+    )
+    trace_episodes: int = arg(8, "episodes per training trace (whole groups first)")
     eval_every: int = arg(0, "held-out greedy evaluation every N steps (and at step 0), as eval/... (0 = off)")
     eval_tasks: int = arg(64, "held-out tasks per evaluation: a fixed subset, the same at every evaluation")
     eval_seed: int = arg(12_345, "seed of the held-out task draw (leaderboards.evaluate --seed draws the same)")
@@ -309,6 +330,15 @@ class RLConfig:
                 "use --ray-gen-workers 0 to generate in this process."
             )
         self.credit_config()  # validates gamma/lambda/turn_coef
+        check_device_spec(self.device)
+        from trainers.loggers import check_log_spec
+
+        check_log_spec(self.log)  # an unknown logger or a missing package fails before the run
+        if self.trace_every < 0 or self.trace_episodes < 1:
+            raise InvalidArgument(
+                f"--trace-every={self.trace_every} must be >= 0 (0 = off) and --trace-episodes={self.trace_episodes} "
+                ">= 1."
+            )
 
     def credit_config(self) -> CreditConfig:
         """The knobs of ``trainers.credit`` this run sets."""
@@ -370,13 +400,14 @@ def zero_advantage_groups(episodes: Sequence[Episode], strategy: Any, credit_cfg
     return alike
 
 
-def pack_minibatch(episodes: Sequence[Episode], indices: Sequence[int], cfg: RLConfig) -> list[Any]:
-    """One minibatch's packs: sharing their common prompt (``--share-prefix``) or rows of whole episodes."""
+def pack_minibatch(episodes: Sequence[Episode], indices: Sequence[int], cfg: RLConfig, device: Any = None) -> list[Any]:
+    """One minibatch's packs on ``device``: sharing their common prompt (``--share-prefix``) or rows of whole
+    episodes."""
     from trainers import modeling as M
 
     if cfg.share_prefix:
-        return M.pack_shared(episodes, indices, cfg.share_pack_tokens)
-    return M.pack_episodes(episodes, indices, cfg.pack_tokens)
+        return M.pack_shared(episodes, indices, cfg.share_pack_tokens, device=device)
+    return M.pack_episodes(episodes, indices, cfg.pack_tokens, device=device)
 
 
 def ratio_segments(ep: Episode, level: str) -> np.ndarray:
@@ -418,7 +449,7 @@ def policy_minibatch(
     computed: dict[int, np.ndarray] = {}
     for pack in packs:
         mask = pack.gather(credit.loss_masks)
-        with M.autocast(cfg.autocast):
+        with M.autocast(cfg.autocast, mask.device):
             stats = M.pack_logprobs(policy, pack, temperature=cfg.temperature, entropy_mask=mask, positions=mask)
         lp = stats.logprobs
         computed.update(pack.split(lp))
@@ -461,9 +492,9 @@ def critic_minibatch(
     den = aggregate_denominator([credit.value_masks[i] for p in packs for i in p.members], "token_mean")
     total = 0.0
     for pack in packs:
-        with M.autocast(cfg.autocast):
+        with M.autocast(cfg.autocast, pack.input_ids.device):
             head = critic.pack_values(pack)
-        pred = torch.cat([torch.zeros(1), head[:-1]])  # V(s_t) is the head at t - 1
+        pred = torch.cat([head.new_zeros(1), head[:-1]])  # V(s_t) is the head at t - 1
         old_v = pack.gather([v[:-1] for v in values])
         vloss = value_loss(pred, old_v, pack.gather(credit.returns), pack.gather(credit.value_masks),
                            clip_eps=cfg.value_clip, seq_ids=pack.seq_ids, denominator=den)  # fmt: skip
@@ -490,13 +521,17 @@ def train(cfg: RLConfig) -> dict[str, float]:
     from agentgym_turn.models import load_causal_lm
     from trainers import checkpoint as ckpt
     from trainers import modeling as M
+    from trainers.device import peak_device_memory_gib, place_model, resolve_device, set_threads
     from trainers.engines import make_engine, stop_token_ids
     from trainers.evaluation import HeldOut, close_pools, evaluate_policy, parse_env_kwargs
-    from trainers.metrics import append_jsonl, episode_summary, peak_memory_gib, plot_rewards, read_jsonl
+    from trainers.loggers import RunRecorder
+    from trainers.metrics import episode_summary, peak_memory_gib, plot_rewards, read_jsonl
     from trainers.rollout import RolloutConfig, RolloutStats, collect, engine_actor
 
     # ---- seeding: the one place ----------------------------------------------------------------------------
-    M.seed_everything(cfg.seed, cfg.threads)
+    M.seed_everything(cfg.seed)
+    device = resolve_device(cfg.device)  # the policy, critic, reference and every batch of the update live there
+    set_threads(device, cfg.threads)
 
     # ---- run directory, resume point ------------------------------------------------------------------------
     run = Path(cfg.out_dir)
@@ -520,6 +555,7 @@ def train(cfg: RLConfig) -> dict[str, float]:
         init_spec = str(warm)
     spec = str(resume_from / "policy") if resume_from and not cfg.lora_rank else init_spec
     policy, tok = load_causal_lm(spec)  # fp32 (with --dtype bfloat16: the master weights' start)
+    place_model(policy, device)
     if cfg.sft_episodes and not resume_from and cfg.init is None:
         from trainers.sft import demonstrations, sft_train
 
@@ -537,12 +573,17 @@ def train(cfg: RLConfig) -> dict[str, float]:
         if resume_from:
             critic.load_state_dict(state["critic"])
     if cfg.lora_rank:
-        policy = M.add_lora(policy, cfg.lora_rank, cfg.lora_alpha)
-        if resume_from:
-            policy.load_state_dict(state["lora"], strict=False)
+        policy = M.add_lora(policy, cfg.lora_rank, cfg.lora_alpha, targets=cfg.lora_targets)
+        if resume_from:  # the checkpoint's adapter/ (a checkpoint from before adapter folders: state.pt's "lora")
+            adapter = ckpt.adapter_folder(resume_from)
+            if adapter is not None:
+                M.load_adapter(policy, str(adapter))
+            else:
+                policy.load_state_dict(state["lora"], strict=False)
     reference = None
     if cfg.kl_coef > 0 and not cfg.lora_rank:  # the reference is the initial policy, also after a resume
-        reference = M.frozen_copy(load_causal_lm(init_spec, dtype=cfg.dtype)[0] if spec != init_spec else policy)
+        initial = place_model(load_causal_lm(init_spec, dtype=cfg.dtype)[0], device) if spec != init_spec else policy
+        reference = M.frozen_copy(initial)
         reference.to(getattr(torch, cfg.dtype))
     # bf16 weights: the optimizers step fp32 masters; fused AdamW (one kernel over all tensors)
     master = M.MasterWeights(policy) if cfg.dtype == "bfloat16" else None
@@ -579,6 +620,9 @@ def train(cfg: RLConfig) -> dict[str, float]:
           f"{cfg.tasks_per_step}x{cfg.group_size} episodes/step, critic={critic is not None}, reference={ref_kind}",
           flush=True)  # fmt: skip
 
+    recorder = RunRecorder.open(run, cfg.log, config=to_dict(cfg), tokenizer=tok, strategy=cfg.strategy,
+                                trace_every=cfg.trace_every, trace_episodes=cfg.trace_episodes,
+                                last_step=cfg.steps)  # fmt: skip
     held_out = eval_pools = None
     if cfg.eval_every:  # the validation curve: a fixed held-out subset, greedy, the training budgets
         held_out = HeldOut(tuple(cfg.env), tasks=cfg.eval_tasks, seed=cfg.eval_seed,
@@ -588,9 +632,11 @@ def train(cfg: RLConfig) -> dict[str, float]:
         eval_pools = held_out.pools()
         if start == 0:  # step 0: the starting policy (the warm start)
             t_eval = time.perf_counter()
-            row0 = {"step": 0, **evaluate_policy(engine, tok, held_out, eval_pools)}
+            held: dict[str, list[Episode]] = {}
+            row0 = {"step": 0, **evaluate_policy(engine, tok, held_out, eval_pools, record=held)}
             row0["perf/eval_seconds"] = time.perf_counter() - t_eval
-            append_jsonl(metrics_path, row0)
+            recorder.record_eval(0, held)
+            recorder.log(row0)
 
     row: dict[str, float] = {}
     bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=cfg.strategy, file=sys.stderr)
@@ -627,7 +673,8 @@ def train(cfg: RLConfig) -> dict[str, float]:
                         "rollout/groups_trained": float(len(chosen))}  # fmt: skip
         # the minibatches of every epoch (split by episodes), packed once; pass (2) scores the same packs
         order = np.random.default_rng(cfg.seed + step).permutation(len(episodes))
-        minibatches = [pack_minibatch(episodes, mb.tolist(), cfg) for mb in np.array_split(order, cfg.minibatches)]
+        minibatches = [pack_minibatch(episodes, mb.tolist(), cfg, device)
+                       for mb in np.array_split(order, cfg.minibatches)]  # fmt: skip
 
         # ---- (2) old log-probs, reference log-probs and critic values, no gradients ---------------------------
         # Old log-probs are the policy's own before the update (as verl), not the sampler's: env tokens in the
@@ -638,7 +685,7 @@ def train(cfg: RLConfig) -> dict[str, float]:
         heads: dict[int, np.ndarray] = {}
         in_loss = [loss_tokens(ep, credit_cfg) for ep in episodes]  # log-probs and the KL count there only
         t_update = time.perf_counter()
-        with torch.no_grad(), M.autocast(cfg.autocast):
+        with torch.no_grad(), M.autocast(cfg.autocast, device):
             for k, packs in enumerate(minibatches):
                 for pack in packs:
                     positions = pack.gather(in_loss)
@@ -703,24 +750,30 @@ def train(cfg: RLConfig) -> dict[str, float]:
         row["perf/update_seconds"] = update_s
         if held_out is not None and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps):
             t_eval = time.perf_counter()
-            row.update(evaluate_policy(engine, tok, held_out, eval_pools))
+            held = {}
+            row.update(evaluate_policy(engine, tok, held_out, eval_pools, record=held))
             row["perf/eval_seconds"] = time.perf_counter() - t_eval
+            recorder.record_eval(step + 1, held)
         row["perf/peak_memory_gib"] = peak_memory_gib()
+        if device.type == "cuda":
+            row["perf/peak_gpu_memory_gib"] = peak_device_memory_gib(device)
         row["perf/step_seconds"] = time.perf_counter() - t_step
         if push_s is not None:
             row["perf/weight_push_seconds"] = push_s
-        append_jsonl(metrics_path, row)
+        recorder.log(row)  # metrics.jsonl and the --log loggers
+        recorder.record_step(step + 1, episodes, credit)  # RUN/traces/step_NNNNNN.jsonl.gz when due
         plot_rewards(read_jsonl(metrics_path), run / "rewards.png", f"{cfg.strategy} on {', '.join(cfg.env)}")
         bar.set_postfix(ret=f"{row['rollout/return']:.2f}", tok_s=f"{row['rollout/tokens_per_s']:.0f}")
         if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
             with M.full_precision(master, critic_master):  # checkpoints hold the fp32 masters
                 save = {"step": step + 1, "opt": opt.state_dict(), "config": to_dict(cfg)}
-                if cfg.lora_rank:
-                    save["lora"] = {k: v for k, v in policy.state_dict().items() if "lora_" in k}
                 if critic is not None:
                     save["critic"], save["critic_opt"] = critic.state_dict(), critic_opt.state_dict()
-                ckpt.save_checkpoint(run, step + 1, lambda d: M.save_policy(policy, tok, d), save)
+                merged = None if cfg.lora_rank and not cfg.save_merged else (lambda d: M.save_policy(policy, tok, d))
+                adapter = (lambda d: M.save_adapter(policy, d)) if cfg.lora_rank else None
+                ckpt.save_checkpoint(run, step + 1, merged, save, write_adapter=adapter)
     pool.close()
+    recorder.close()
     if eval_pools is not None:
         close_pools(eval_pools)
     return row

@@ -199,6 +199,11 @@ class SFTConfig:
     verbose: bool = arg(False, "vLLM's, transformers' and Java's INFO logs too (default: warnings and errors)")
     seed: int = arg(0, "seed of tasks, policy choice and shuffling")
     out_dir: str = arg("runs/sft", "output folder: policy/ (HF folder for --init), metrics.jsonl, eval.json")
+    log: str = arg(
+        "jsonl",
+        "metric loggers, comma-separated: jsonl (OUT/metrics.jsonl, always on), tensorboard (OUT/tensorboard), wandb "
+        "(OUT/wandb, offline unless WANDB_MODE says otherwise); trainers.loggers",
+    )
 
     def __post_init__(self) -> None:
         parse_policy_mix(self.policy)
@@ -215,6 +220,9 @@ class SFTConfig:
             raise InvalidArgument(f"--lr={self.lr} must be > 0.")
         if self.eval_tasks < 0:
             raise InvalidArgument(f"--eval-tasks={self.eval_tasks} must be >= 0.")
+        from trainers.loggers import check_log_spec
+
+        check_log_spec(self.log)  # an unknown logger or a missing package fails before the run
 
 
 def parse_sft_config(argv: Sequence[str] | None) -> SFTConfig:
@@ -324,7 +332,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     from agentgym_turn.models import load_causal_lm
     from trainers.checkpoint import policy_folder
-    from trainers.metrics import append_jsonl
+    from trainers.loggers import make_loggers
     from trainers.modeling import save_policy, seed_everything
     from trainers.rl import make_env_pool
     from trainers.rollout import RolloutConfig
@@ -337,6 +345,7 @@ def main(argv: list[str] | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
     (out / "metrics.jsonl").unlink(missing_ok=True)
+    loggers = make_loggers(cfg.log, out, config=to_dict(cfg))  # metrics.jsonl and the --log loggers
     policy, tok = load_causal_lm(policy_folder(cfg.init) if cfg.init else cfg.model)
     pool = make_env_pool(cfg.env, cfg.env_weights, env_kwargs_by_id(cfg.env, cfg.env_kwarg))
     demo_cfg = RolloutConfig(max_new_tokens=cfg.max_new_tokens, max_context=cfg.max_context, max_turns=cfg.max_turns)
@@ -347,7 +356,8 @@ def main(argv: list[str] | None = None) -> dict:
     losses = sft_train(policy, eps, epochs=cfg.epochs, batch_episodes=cfg.batch_episodes, lr=cfg.lr,
                        pack_tokens=cfg.pack_tokens, bf16=cfg.bf16, seed=cfg.seed,
                        share_pack_tokens=cfg.share_pack_tokens if cfg.share_prefix else None,
-                       log=lambda row: append_jsonl(out / "metrics.jsonl", row))  # fmt: skip
+                       log=lambda row: loggers.log(row["step"], row))  # fmt: skip
+    loggers.close()
     save_policy(policy, tok, str(out / "policy"))
     print(f"[sft] NLL {losses[0]:.3f} -> {losses[-1]:.3f} over {len(losses)} steps; saved {out / 'policy'}")
     result: dict = {"sft/first_loss": losses[0], "sft/last_loss": losses[-1]}
