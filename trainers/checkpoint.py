@@ -3,8 +3,11 @@
 
 Layout of a run directory::
 
-    run/checkpoint-000012/policy/        plain HF folder (LoRA merged): ``--init run/checkpoint-000012`` loads it
-    run/checkpoint-000012/state.pt       step, optimizer states, critic, LoRA adapter weights, RNG states
+    run/checkpoint-000012/policy/        plain HF folder: ``--init run/checkpoint-000012`` and vLLM load it (full
+                                         fine-tuning; with LoRA only under ``--save-merged``: the adapter merged)
+    run/checkpoint-000012/adapter/       LoRA runs: the adapter alone (peft ``save_pretrained``: adapter_config.json
+                                         + adapter_model.safetensors), what a resume and vLLM's LoRARequest load
+    run/checkpoint-000012/state.pt       step, optimizer states, critic, RNG states
     run/latest                           "checkpoint-000012"
     run/metrics.jsonl                    one JSON object per finished step (cut back to the checkpoint on resume)
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +26,8 @@ import torch
 from agentgym_turn.error import DataNotFound
 
 LATEST = "latest"
+POLICY = "policy"
+ADAPTER = "adapter"
 
 
 def _fsync_dir(path: Path) -> None:
@@ -43,8 +49,17 @@ def atomic_write_text(path: Path, text: str) -> None:
     _fsync_dir(path.parent)
 
 
-def save_checkpoint(run_dir: Path, step: int, write_policy: Any, state: dict[str, Any], keep: int = 1) -> Path:
-    """Save checkpoint ``step``: ``write_policy(folder)`` writes the HF policy folder; ``state`` goes to state.pt.
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    write_policy: Callable[[str], None] | None,
+    state: dict[str, Any],
+    keep: int = 1,
+    *,
+    write_adapter: Callable[[str], None] | None = None,
+) -> Path:
+    """Save checkpoint ``step``: ``write_policy(folder)`` writes the HF policy folder (``None``: none, e.g. a LoRA
+    run without ``--save-merged``), ``write_adapter(folder)`` the LoRA adapter folder; ``state`` goes to state.pt.
     Older checkpoints beyond the newest ``keep`` are removed after the pointer moved."""
     run_dir.mkdir(parents=True, exist_ok=True)
     name = f"checkpoint-{step:06d}"
@@ -52,7 +67,10 @@ def save_checkpoint(run_dir: Path, step: int, write_policy: Any, state: dict[str
     tmp = run_dir / f".{name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    write_policy(str(tmp / "policy"))
+    if write_policy is not None:
+        write_policy(str(tmp / POLICY))
+    if write_adapter is not None:
+        write_adapter(str(tmp / ADAPTER))
     with open(tmp / "state.pt", "wb") as f:
         torch.save(state, f)
         f.flush()
@@ -84,15 +102,29 @@ def load_state(checkpoint: Path) -> dict[str, Any]:
 
 
 def policy_folder(path: str) -> str:
-    """``--init`` accepts an HF folder or a checkpoint (its ``policy/``); any other spec passes through."""
+    """``--init`` accepts an HF folder, a checkpoint (its ``policy/``) or a run directory (its latest checkpoint's);
+    any other spec passes through. A LoRA checkpoint saved without ``--save-merged`` has no ``policy/``: an error
+    says so."""
     p = Path(path)
-    if (p / "policy" / "config.json").is_file():
-        return str(p / "policy")
     if (p / LATEST).is_file():
         ckpt = latest_checkpoint(p)
         assert ckpt is not None
-        return str(ckpt / "policy")
+        p = ckpt
+    if (p / POLICY / "config.json").is_file():
+        return str(p / POLICY)
+    if (p / ADAPTER / "adapter_config.json").is_file():
+        raise DataNotFound(
+            f"{p} holds a LoRA adapter ({ADAPTER}/) but no merged policy folder; train with --save-merged to write "
+            f"{POLICY}/ too, or load the adapter on its base model with peft.PeftModel.from_pretrained(base, "
+            f"'{p / ADAPTER}')."
+        )
     return path
+
+
+def adapter_folder(checkpoint: Path) -> Path | None:
+    """The LoRA adapter folder of ``checkpoint`` (``None`` when it has none: a full fine-tuning run)."""
+    folder = checkpoint / ADAPTER
+    return folder if (folder / "adapter_config.json").is_file() else None
 
 
 def truncate_metrics(path: Path, last_step: int) -> None:

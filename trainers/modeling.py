@@ -66,8 +66,9 @@ class Pack:
         return int(self.input_ids.shape[1])
 
     def gather(self, arrays: Sequence[np.ndarray], dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """Concatenate one per-episode array per member into a flat ``(L,)`` tensor."""
-        return torch.as_tensor(np.concatenate([arrays[i] for i in self.members]), dtype=dtype)
+        """Concatenate one per-episode array per member into a flat ``(L,)`` tensor (on the pack's device)."""
+        flat = np.concatenate([arrays[i] for i in self.members])
+        return torch.as_tensor(flat, dtype=dtype, device=self.input_ids.device)
 
     def split(self, flat: torch.Tensor) -> dict[int, np.ndarray]:
         """The inverse of :meth:`gather`: episode index -> its slice (as numpy)."""
@@ -75,8 +76,11 @@ class Pack:
         return {m: values[a:b] for m, a, b in zip(self.members, self.offsets[:-1], self.offsets[1:], strict=True)}
 
 
-def pack_episodes(episodes: Sequence[Episode], indices: Sequence[int], pack_tokens: int) -> list[Pack]:
-    """Pack ``episodes[indices]`` into rows of at most ``pack_tokens`` tokens (a longer episode gets its own row)."""
+def pack_episodes(
+    episodes: Sequence[Episode], indices: Sequence[int], pack_tokens: int, *, device: Any = None
+) -> list[Pack]:
+    """Pack ``episodes[indices]`` into rows of at most ``pack_tokens`` tokens (a longer episode gets its own row);
+    the pack's tensors are created on ``device`` (the model's; ``None``: the CPU)."""
     order = sorted(indices, key=lambda i: -len(episodes[i].token_ids))
     rows: list[list[int]] = []
     sizes: list[int] = []
@@ -90,23 +94,27 @@ def pack_episodes(episodes: Sequence[Episode], indices: Sequence[int], pack_toke
         else:
             rows.append([i])
             sizes.append(n)
-    return [_make_pack(episodes, members) for members in rows]
+    return [_make_pack(episodes, members, device=device) for members in rows]
 
 
-def _make_pack(episodes: Sequence[Episode], members: Sequence[int], shared: int | None = None) -> Pack:
-    """``episodes[members]`` end to end; one row (block-diagonal mask) unless ``shared`` is given."""
+def _make_pack(
+    episodes: Sequence[Episode], members: Sequence[int], shared: int | None = None, *, device: Any = None
+) -> Pack:
+    """``episodes[members]`` end to end on ``device``; one row (block-diagonal mask) unless ``shared`` is given."""
+    device = torch.device("cpu") if device is None else torch.device(device)
     lengths = [len(episodes[i].token_ids) for i in members]
     offsets = np.concatenate([[0], np.cumsum(lengths)]).tolist()
-    seq = torch.as_tensor(np.repeat(np.arange(len(members)), lengths))
+    seq = torch.as_tensor(np.repeat(np.arange(len(members)), lengths), device=device)
     total = int(offsets[-1])
     mask = None
     if shared is None and len(members) > 1:
-        mask = ((seq[:, None] == seq[None, :]) & torch.ones(total, total, dtype=torch.bool).tril())[None, None]
+        causal = torch.ones(total, total, dtype=torch.bool, device=device).tril()
+        mask = ((seq[:, None] == seq[None, :]) & causal)[None, None]
     return Pack(
         members=list(members),
         offsets=[int(o) for o in offsets],
-        input_ids=torch.as_tensor(np.concatenate([episodes[i].token_ids for i in members]))[None],
-        position_ids=torch.as_tensor(np.concatenate([np.arange(n) for n in lengths]))[None],
+        input_ids=torch.as_tensor(np.concatenate([episodes[i].token_ids for i in members]), device=device)[None],
+        position_ids=torch.as_tensor(np.concatenate([np.arange(n) for n in lengths]), device=device)[None],
         attention_mask=mask,
         seq_ids=seq,
         shared=shared,
@@ -128,10 +136,12 @@ def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
     return int(differ[0]) if len(differ) else k
 
 
-def pack_shared(episodes: Sequence[Episode], indices: Sequence[int], pack_tokens: int) -> list[Pack]:
+def pack_shared(
+    episodes: Sequence[Episode], indices: Sequence[int], pack_tokens: int, *, device: Any = None
+) -> list[Pack]:
     """Pack ``episodes[indices]`` for prefix sharing: each pack's members share their first ``shared`` tokens
     (at most :func:`shareable_tokens` of each), computed once; a pack computes at most ``pack_tokens`` tokens
-    (``shared`` + the members' suffixes; one longer episode gets its own pack).
+    (``shared`` + the members' suffixes; one longer episode gets its own pack). Tensors go to ``device``.
 
     Episodes are taken in lexicographic order of their shareable tokens, so a task's group is contiguous and
     neighbouring groups still share the system prompt; a pack grows while its computed tokens fit.
@@ -148,10 +158,10 @@ def pack_shared(episodes: Sequence[Episode], indices: Sequence[int], pack_tokens
                 members.append(i)
                 shared = s
                 continue
-            packs.append(_make_pack(episodes, members, shared if len(members) > 1 else 0))
+            packs.append(_make_pack(episodes, members, shared if len(members) > 1 else 0, device=device))
         members, shared = [i], limit[i]
     if members:
-        packs.append(_make_pack(episodes, members, shared if len(members) > 1 else 0))
+        packs.append(_make_pack(episodes, members, shared if len(members) > 1 else 0, device=device))
     return packs
 
 
@@ -219,9 +229,10 @@ def full_precision(*masters: MasterWeights | None) -> Any:
         yield
 
 
-def autocast(bf16: bool) -> Any:
-    """CPU bf16 autocast when ``bf16``, else a no-op context."""
-    return torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+def autocast(bf16: bool, device: Any = "cpu") -> Any:
+    """bf16 autocast on ``device``'s type (``"cpu"``, ``"cuda"``) when ``bf16``, else a no-op context."""
+    kind = torch.device(device).type
+    return torch.autocast(kind, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
 
 
 #: ``run(input_ids, position_ids, attention_mask, past_key_values, keep, use_cache) -> (outputs, past_key_values)``:
@@ -238,7 +249,7 @@ def pack_forward(run: Runner, pack: Pack, keep: torch.Tensor) -> torch.Tensor:
     if pack.shared is None:
         return run(pack.input_ids, pack.position_ids, pack.attention_mask, None, keep, False)[0]
     n_shared = pack.shared
-    starts = torch.as_tensor(pack.offsets[:-1])
+    starts = torch.as_tensor(pack.offsets[:-1], device=keep.device)
     in_prefix = (keep[:, None] >= starts) & (keep[:, None] < starts + n_shared)
     if bool(in_prefix.any()):
         raise InvalidArgument(
@@ -287,7 +298,7 @@ def pack_logprobs(
     skips most of the head's compute and memory when the policy wrote a small share of the pack. ``None`` = all.
     """
     ids = pack.input_ids[0]
-    starts = torch.zeros(ids.shape[0], dtype=torch.bool)
+    starts = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
     starts[pack.offsets[:-1]] = True
     need_lp = ~starts if positions is None else positions.bool() & ~starts
     need_ent = entropy_mask.bool() & ~starts if entropy_mask is not None else torch.zeros_like(starts)
@@ -303,13 +314,13 @@ def pack_logprobs(
     logits = pack_forward(run, pack, targets - 1)  # at the predicting positions
     if temperature != 1.0:
         logits = logits / temperature
-    lp = torch.zeros(ids.shape[0], dtype=torch.float32)
+    lp = torch.zeros(ids.shape[0], dtype=torch.float32, device=ids.device)
     lp_rows = need_lp[targets]
     if bool(lp_rows.any()):
         lp = lp.index_put((targets[lp_rows],), token_logprobs(logits[lp_rows], ids[targets[lp_rows]]))
     ent = None
     if entropy_mask is not None:
-        ent = torch.zeros(ids.shape[0], dtype=torch.float32)
+        ent = torch.zeros(ids.shape[0], dtype=torch.float32, device=ids.device)
         ent_rows = need_ent[targets]
         if bool(ent_rows.any()):
             ent = ent.index_put((targets[ent_rows],), entropy_from_logits(logits[ent_rows]))
@@ -322,7 +333,7 @@ class ValueModel(nn.Module):
     def __init__(self, backbone: nn.Module, hidden_size: int) -> None:
         super().__init__()
         self.backbone = backbone
-        self.head = nn.Linear(hidden_size, 1)
+        self.head = nn.Linear(hidden_size, 1, device=next(backbone.parameters()).device)
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
 
@@ -356,11 +367,12 @@ class ValueModel(nn.Module):
 
         if pack.shared is None:
             return self(pack.input_ids, pack.position_ids, pack.attention_mask)[0][0]
-        keep = torch.ones(pack.num_tokens, dtype=torch.bool)
+        device = pack.input_ids.device
+        keep = torch.ones(pack.num_tokens, dtype=torch.bool, device=device)
         for a in pack.offsets[:-1]:
             keep[a : a + pack.shared] = False
         where = torch.nonzero(keep).squeeze(-1)
-        return torch.zeros(pack.num_tokens).index_put((where,), pack_forward(run, pack, where))
+        return torch.zeros(pack.num_tokens, device=device).index_put((where,), pack_forward(run, pack, where))
 
 
 def critic_values(head: np.ndarray) -> np.ndarray:
@@ -376,13 +388,65 @@ def frozen_copy(model: nn.Module) -> nn.Module:
     return ref
 
 
-def add_lora(model: nn.Module, rank: int, alpha: float, dropout: float = 0.0) -> nn.Module:
-    """Wrap ``model`` with LoRA adapters on every linear layer (``peft``; lazy import)."""
+#: ``--lora-targets`` default: every linear layer but the LM head (peft's ``"all-linear"``).
+LORA_ALL_LINEAR = "all-linear"
+
+
+def add_lora(
+    model: nn.Module, rank: int, alpha: float, dropout: float = 0.0, targets: Sequence[str] = (LORA_ALL_LINEAR,)
+) -> nn.Module:
+    """Wrap ``model`` with LoRA adapters (``peft``; lazy import) on ``targets``: ``("all-linear",)`` (every linear
+    layer but the LM head) or module names such as ``("q_proj", "v_proj")``. A merged weight is
+    ``W + (alpha / rank) * B @ A``; ``B`` starts at zero, so the wrapped model starts as ``model``."""
     peft = require("peft", "train")
     if rank < 1:
         raise InvalidArgument(f"lora_rank={rank} must be >= 1 (0 disables LoRA).")
-    cfg = peft.LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules="all-linear")
+    targets = list(targets)
+    if not targets or (LORA_ALL_LINEAR in targets and len(targets) > 1):
+        raise InvalidArgument(
+            f"--lora-targets {targets} must be {LORA_ALL_LINEAR!r} alone or module names, e.g. q_proj v_proj."
+        )
+    names = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, nn.Linear)}
+    missing = [t for t in targets if t != LORA_ALL_LINEAR and t not in names]
+    if missing:
+        raise InvalidArgument(
+            f"--lora-targets {missing} name no linear layer of this model; its linear layers are {sorted(names)} "
+            f"(or use {LORA_ALL_LINEAR!r})."
+        )
+    target_modules = LORA_ALL_LINEAR if targets == [LORA_ALL_LINEAR] else targets
+    cfg = peft.LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules)
     return peft.get_peft_model(model, cfg)
+
+
+def is_lora(model: nn.Module) -> bool:
+    """Whether ``model`` is wrapped with LoRA adapters (a peft model)."""
+    return hasattr(model, "peft_config")
+
+
+def save_adapter(model: nn.Module, path: str) -> None:
+    """Save only the LoRA adapter of a peft ``model`` (``adapter_config.json`` + ``adapter_model.safetensors``, a
+    few MB): what ``peft.PeftModel.from_pretrained(base, path)``, :func:`load_adapter` and vLLM's ``LoRARequest``
+    load."""
+    if not is_lora(model):
+        raise InvalidArgument("save_adapter needs a LoRA-wrapped model (add_lora); save_policy saves full weights.")
+    model.save_pretrained(path)
+
+
+def load_adapter(model: nn.Module, path: str) -> None:
+    """Load the adapter weights that :func:`save_adapter` wrote into the LoRA-wrapped ``model`` (same rank and
+    targets), in place."""
+    peft = require("peft", "train")
+    from safetensors.torch import load_file
+
+    file = f"{path}/adapter_model.safetensors"
+    state = load_file(file, device=str(next(model.parameters()).device))
+    result = peft.set_peft_model_state_dict(model, state)
+    unexpected = getattr(result, "unexpected_keys", [])
+    if unexpected:
+        raise InvalidArgument(
+            f"adapter {path} holds weights this model has no place for ({unexpected[:3]} ...): it was trained with "
+            "another --lora-rank / --lora-targets; resume with the run's own flags."
+        )
 
 
 def reference_context(policy: nn.Module, reference: nn.Module | None) -> tuple[nn.Module, Any]:
@@ -396,7 +460,7 @@ def reference_context(policy: nn.Module, reference: nn.Module | None) -> tuple[n
 
 
 def save_policy(model: nn.Module, tokenizer: Any, path: str) -> None:
-    """Save a plain HF folder (LoRA adapters merged into a copy) that ``load_causal_lm(path)`` reloads."""
+    """Save a plain HF folder (LoRA adapters merged into a copy) that ``load_causal_lm(path)`` and vLLM load."""
     if hasattr(model, "merge_and_unload"):
         model = copy.deepcopy(model).merge_and_unload()
     model.save_pretrained(path)

@@ -189,7 +189,8 @@ class RLConfig:
     lora_rank: int = arg(0, "LoRA rank (0 = full fine-tuning); needs peft")
     lora_alpha: float = arg(16.0, "LoRA alpha")
     lora_targets: list[str] = arg(  # noqa: RUF009
-        ["all-linear"], "LoRA target modules: all-linear (every linear layer but the LM head) or names, e.g. q_proj v_proj"
+        ["all-linear"],
+        "LoRA target modules: all-linear (every linear layer but the LM head) or names, e.g. q_proj v_proj",
     )
     save_merged: bool = arg(
         False,

@@ -90,6 +90,7 @@ import numpy as np
 from agentgym_turn.error import InvalidArgument
 from agentgym_turn.logs import quiet_logs
 from trainers.config import ENV_KWARG_HELP, arg, env_kwargs_by_id, parse_config, to_dict
+from trainers.device import DEVICE_HELP, check_device_spec
 
 #: Defaults per env family (the id's name without ``TurnRL/`` and ``-vN``) over :class:`SFTConfig`'s own, which are
 #: WikiTwoTurn's. They apply when every ``--env`` id belongs to the family; a flag given on the command line wins.
@@ -196,6 +197,7 @@ class SFTConfig:
     eval_max_new_tokens: int = arg(96, "generated tokens per turn in the evaluation")
     bf16: bool = arg(True, "bf16 autocast")
     threads: int = arg(0, "torch threads (0 = torch's default)")
+    device: str = arg("auto", DEVICE_HELP)
     verbose: bool = arg(False, "vLLM's, transformers' and Java's INFO logs too (default: warnings and errors)")
     seed: int = arg(0, "seed of tasks, policy choice and shuffling")
     out_dir: str = arg("runs/sft", "output folder: policy/ (HF folder for --init), metrics.jsonl, eval.json")
@@ -220,6 +222,7 @@ class SFTConfig:
             raise InvalidArgument(f"--lr={self.lr} must be > 0.")
         if self.eval_tasks < 0:
             raise InvalidArgument(f"--eval-tasks={self.eval_tasks} must be >= 0.")
+        check_device_spec(self.device)
         from trainers.loggers import check_log_spec
 
         check_log_spec(self.log)  # an unknown logger or a missing package fails before the run
@@ -264,7 +267,8 @@ def sft_train(
 ) -> list[float]:
     """Minimise the NLL of the policy tokens (per-sequence token mean); returns the loss of every optimizer step.
     ``share_pack_tokens``: packs share their demonstrations' common prompt (``modeling.pack_shared``, the same loss
-    and gradients computed on fewer tokens); ``None``: rows of whole episodes of ``pack_tokens``."""
+    and gradients computed on fewer tokens); ``None``: rows of whole episodes of ``pack_tokens``. Batches go to the
+    policy's device."""
     import torch
     from tqdm import tqdm
 
@@ -272,6 +276,7 @@ def sft_train(
     from trainers.losses import aggregate, aggregate_denominator
 
     params = [p for p in policy.parameters() if p.requires_grad]
+    device = params[0].device
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, fused=True)  # one kernel (CPU too), not a loop
     rng = np.random.default_rng(seed)
     masks = [ep.loss_mask.astype(np.float32) for ep in episodes]
@@ -289,12 +294,12 @@ def sft_train(
         total, tokens = 0.0, 0
         den = aggregate_denominator([masks[i] for i in batch], "seq_mean_token_mean")  # the batch's mean, any packing
         if share_pack_tokens is None:
-            packs = M.pack_episodes(episodes, batch.tolist(), pack_tokens)
+            packs = M.pack_episodes(episodes, batch.tolist(), pack_tokens, device=device)
         else:
-            packs = M.pack_shared(episodes, batch.tolist(), share_pack_tokens)
+            packs = M.pack_shared(episodes, batch.tolist(), share_pack_tokens, device=device)
         for pack in packs:
             mask = pack.gather(masks)
-            with M.autocast(bf16):
+            with M.autocast(bf16, device):
                 lp = M.pack_logprobs(policy, pack, positions=mask).logprobs
             loss = -aggregate(lp, mask, pack.seq_ids, denominator=den)
             loss.backward()
@@ -332,6 +337,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     from agentgym_turn.models import load_causal_lm
     from trainers.checkpoint import policy_folder
+    from trainers.device import place_model, resolve_device, set_threads
     from trainers.loggers import make_loggers
     from trainers.modeling import save_policy, seed_everything
     from trainers.rl import make_env_pool
@@ -340,13 +346,16 @@ def main(argv: list[str] | None = None) -> dict:
     cfg = parse_sft_config(argv)
     quiet_logs(cfg.verbose)
     t0 = time.perf_counter()
-    seed_everything(cfg.seed, cfg.threads)
+    seed_everything(cfg.seed)
+    device = resolve_device(cfg.device)
+    set_threads(device, cfg.threads)
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
     (out / "metrics.jsonl").unlink(missing_ok=True)
     loggers = make_loggers(cfg.log, out, config=to_dict(cfg))  # metrics.jsonl and the --log loggers
     policy, tok = load_causal_lm(policy_folder(cfg.init) if cfg.init else cfg.model)
+    place_model(policy, device)
     pool = make_env_pool(cfg.env, cfg.env_weights, env_kwargs_by_id(cfg.env, cfg.env_kwarg))
     demo_cfg = RolloutConfig(max_new_tokens=cfg.max_new_tokens, max_context=cfg.max_context, max_turns=cfg.max_turns)
     eps = demonstrations(pool, tok, cfg.policy, cfg.episodes, cfg.seed, demo_cfg)

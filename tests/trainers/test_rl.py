@@ -61,10 +61,10 @@ def _weights(path: str) -> dict:
     [
         ("mt_ppo", {"kl_coef": 0.01}),
         ("mt_grpo", {"kl_coef": 0.0, "tree": True}),
-        ("grpo_mr", {"lora_rank": 2, "kl_coef": 0.01}),
+        ("grpo_mr", {"lora_rank": 2, "kl_coef": 0.01, "save_merged": True}),  # policy/: the adapter merged
         ("mt_ppo", {"kl_coef": 0.01, "dtype": "bfloat16"}),  # bf16 weights, fp32 masters (issue 11 item 4)
         ("mt_grpo", {"kl_coef": 0.01, "tree": True, "dtype": "bfloat16", "share_prefix": False}),
-        ("grpo_mr", {"lora_rank": 2, "kl_coef": 0.01, "dtype": "bfloat16"}),
+        ("grpo_mr", {"lora_rank": 2, "kl_coef": 0.01, "dtype": "bfloat16", "save_merged": True}),
         ("turn_ppo", {"kl_coef": 0.01}),  # Turn-PPO, with its turn-level ratio by default (issue 15)
     ],
 )

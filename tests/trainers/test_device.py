@@ -1,0 +1,131 @@
+"""``--device``: the update creates every tensor on the model's device.
+
+There is no GPU here, so a wrong device cannot fail for real. The trap stands in for one: a ``TorchFunctionMode``
+that records every tensor factory call (``torch.zeros``, ``torch.as_tensor``, ``torch.arange``, ...) made from the
+trainers' own source files without an explicit ``device=``. Such a call makes a CPU tensor whatever the model's
+device, which on CUDA fails (or silently copies) as soon as it meets a GPU tensor. Runs under the trap: SFT, and RL
+with a critic and a reference copy (MT-PPO), GRPO with a LoRA adapter as the reference, and bf16 master weights.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from agentgym_turn.error import InvalidArgument
+from tests.trainers import toy_env
+
+torch = pytest.importorskip("torch")
+from torch.overrides import TorchFunctionMode  # noqa: E402
+from torch.utils._device import _device_constructors  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+ENV = "tests.trainers.toy_env:" + toy_env.ENV_ID
+TORCH_DIR = str(Path(torch.__file__).parent)
+FACTORIES = {*_device_constructors(), torch.from_numpy}  # what set_default_device redirects
+#: The trainers' modules the trap watches. Not yet: trainers/engine_transformers.py (the transformers engine's
+#: decode loops build their tensors on the CPU; issue 25 is moving that module, which this issue must not edit).
+UNWATCHED = {"engine_transformers.py"}
+
+
+class DeviceTrap(TorchFunctionMode):
+    """Record ``file:line function`` for every factory call made from ``watched`` files without ``device=``."""
+
+    def __init__(self, watched: Sequence[Path]) -> None:
+        super().__init__()
+        self.watched = {str(p) for p in watched}
+        self.misses: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in FACTORIES and kwargs.get("device") is None:
+            frame = sys._getframe(1)
+            while frame is not None and frame.f_code.co_filename.startswith(TORCH_DIR):
+                frame = frame.f_back
+            if frame is not None and frame.f_code.co_filename in self.watched:
+                where = f"{Path(frame.f_code.co_filename).relative_to(REPO)}:{frame.f_lineno} {func.__name__}"
+                if where not in self.misses:
+                    self.misses.append(where)
+        return func(*args, **kwargs)
+
+
+def trainer_sources() -> list[Path]:
+    return [p for p in (REPO / "trainers").glob("*.py") if p.name not in UNWATCHED]
+
+
+def _made_without_device() -> torch.Tensor:
+    return torch.zeros(3)
+
+
+def test_the_trap_catches_a_factory_call_without_a_device():
+    with DeviceTrap([Path(__file__)]) as trap:
+        torch.zeros(3, device="cpu")
+        _made_without_device()
+    assert len(trap.misses) == 1 and "torch.zeros" not in trap.misses[0] and trap.misses[0].endswith("zeros")
+    assert trap.misses[0].startswith("tests/trainers/test_device.py:")
+
+
+def test_sft_update_creates_every_tensor_on_the_models_device(tiny_model, tokenizer):
+    from trainers.rl import make_env_pool
+    from trainers.rollout import RolloutConfig
+    from trainers.sft import demonstrations, sft_train
+
+    pool = make_env_pool([ENV], None, {ENV: {}})
+    mix = "scripted:reference=0.5,scripted:direct=0.5"
+    demos = demonstrations(pool, tokenizer, mix, 4, 0, RolloutConfig(16, 256, 2))
+    pool.close()
+    for share in (None, 4096):
+        with DeviceTrap(trainer_sources()) as trap:
+            losses = sft_train(tiny_model, demos, epochs=1, batch_episodes=2, lr=1e-3, pack_tokens=512, bf16=True,
+                               seed=0, share_pack_tokens=share)  # fmt: skip
+        assert trap.misses == [], f"tensors made without device= (share_pack_tokens={share}): {trap.misses}"
+        assert len(losses) == 2
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"strategy": "mt_ppo", "kl_coef": 0.01},  # critic + frozen reference copy
+        {"strategy": "mt_ppo", "kl_coef": 0.01, "dtype": "bfloat16", "share_prefix": False},
+        {"strategy": "mt_grpo", "kl_coef": 0.01, "lora_rank": 2},  # the reference is the base, adapter disabled
+    ],
+)
+def test_rl_step_creates_every_tensor_on_the_models_device(tmp_path, tiny_model_dir, extra):
+    from trainers.rl import RLConfig, train
+
+    base = {"dtype": "float32", "bf16": True}
+    cfg = RLConfig(env=[ENV], model=tiny_model_dir, steps=1, tasks_per_step=2, group_size=2, max_new_tokens=8,
+                   max_context=256, max_turns=2, threads=1, out_dir=str(tmp_path / "run"), sft_episodes=0,
+                   engine="transformers", device="cpu", **{**base, **extra})  # fmt: skip
+    with DeviceTrap(trainer_sources()) as trap:
+        last = train(cfg)
+    assert trap.misses == [], f"tensors made without device=: {trap.misses}"
+    assert last["rollout/policy_tokens"] > 0 and "losses/kl" in last
+
+
+def test_device_specs_resolve_or_fail_with_the_fix():
+    from trainers.device import check_device_spec, resolve_device
+
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto") == (torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu"))
+    for bad in ("gpu", "cuda:x", "CUDA", "cpu:0 "):
+        with pytest.raises(InvalidArgument, match="use auto, cpu, cuda or cuda:N"):
+            check_device_spec(bad)
+    if not torch.cuda.is_available():
+        with pytest.raises(InvalidArgument, match=r"sees no CUDA GPU.*scripts/setup.sh.*--device cpu"):
+            resolve_device("cuda:0")
+
+
+@pytest.mark.parametrize("name", ["RLConfig", "SFTConfig"])
+def test_device_flag_is_validated_by_the_cli(name, capsys):
+    from trainers import rl, sft
+    from trainers.config import parse_config
+
+    cls = getattr(rl if name == "RLConfig" else sft, name)
+    assert parse_config(cls, ["--device", "cpu"], prog="t", description="").device == "cpu"
+    with pytest.raises(SystemExit):
+        parse_config(cls, ["--device", "tpu"], prog="t", description="")
+    assert "--device 'tpu' is not a device" in capsys.readouterr().err

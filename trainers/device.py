@@ -1,0 +1,121 @@
+"""Where training runs: ``--device auto|cpu|cuda[:N]`` for ``trainers.sft``, ``trainers.rl`` (and its ``grpo`` /
+``mtppo`` CLIs) and ``leaderboards.evaluate``.
+
+``auto`` is the first CUDA GPU where torch sees one, else the CPU. The policy, critic and reference live on that
+device and every tensor of the update is created there (packs, masks, log-probs, values; ``trainers.modeling``
+passes ``device=`` to every factory call, which ``tests/trainers/test_device.py`` checks with a trap). On CUDA the
+update and the transformers engine compute in bf16 (``--dtype bfloat16``: bf16 weights with fp32 master weights
+and Adam states; ``--dtype float32``: bf16 autocast on CUDA), attention is PyTorch's SDPA, and ``--threads`` (a
+CPU knob) is ignored.
+
+**Memory plan** of one GPU (estimates from the formulas below, not measurements: this project has had no GPU).
+Per parameter of a fully fine-tuned model under ``--dtype bfloat16``: 2 B bf16 weights + 4 B fp32 master + 8 B
+Adam (two fp32 moments) + 4 B fp32 gradient of the master (each bf16 gradient is folded into it and freed as
+backward produces it) = 18 B. The critic (``mt_ppo``, ``turn_ppo``, ...) is a second backbone with the same 18 B
+per parameter; the reference (``--kl-coef > 0``) is a bf16 copy, 2 B (with LoRA none: the base model with the
+adapter disabled). vLLM colocated (``--engine vllm --device cuda``) holds its own bf16 copy (2 B) plus the KV cache
+that ``--vllm-gpu-memory`` (vLLM's ``gpu_memory_utilization``, a fraction of the whole GPU's memory for vLLM's
+weights, activations and KV cache) leaves; during the update it sleeps (level 1: weights to CPU memory, KV cache
+freed), so the update's activations can use that memory. KV cache per token (bf16, 2 x layers x KV heads x head
+size x 2 B): Qwen2.5-0.5B 12 KiB, 1.5B 28 KiB, 7B 56 KiB.
+
+================  ==========  ===============  ============  =============  ===============================
+policy            parameters  full FT (18 B)   + critic      + reference    fits an 80 GB GPU with vLLM at
+================  ==========  ===============  ============  =============  ===============================
+Qwen2.5-0.5B      0.49 B      8.9 GB           + 8.9 GB      + 1.0 GB       0.3 (24 GB: 1 GB weights,
+                                                                            ~1.9 M KV tokens); GRPO 0.5
+Qwen2.5-1.5B      1.54 B      28 GB            + 28 GB       + 3.1 GB       PPO: 0.2 (16 GB, ~0.45 M KV
+                                                                            tokens); GRPO: 0.4
+Qwen2.5-7B        7.6 B       137 GB: no       no            no             LoRA r=16 all-linear: 15 GB base
+                                                                            + ~0.8 GB adapter and its Adam,
+                                                                            reference free; vLLM 0.4 (32 GB:
+                                                                            15 GB weights, ~0.3 M KV tokens)
+================  ==========  ===============  ============  =============  ===============================
+
+Activations come on top: with gradient flow through a pack of ``--share-pack-tokens`` tokens they scale with
+tokens x layers x hidden size (a 2048-token pack of a 1.5B model is a few GB); lower ``--share-pack-tokens`` /
+``--pack-tokens`` when the update runs out of memory, or lower ``--vllm-gpu-memory`` when vLLM does at start-up.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from agentgym_turn.error import InvalidArgument
+
+DEVICE_HELP = (
+    "where the policy, critic, reference and every batch live: auto (the first CUDA GPU torch sees, else cpu), cpu, "
+    "cuda or cuda:N; on CUDA the update runs in bf16 with SDPA attention and --threads is ignored"
+)
+_SPEC = re.compile(r"auto|cpu|cuda(:\d+)?")
+
+
+def check_device_spec(spec: str) -> str:
+    """``spec`` when it is ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (no torch import); else a clear error."""
+    if not isinstance(spec, str) or not _SPEC.fullmatch(spec):
+        raise InvalidArgument(f"--device {spec!r} is not a device; use auto, cpu, cuda or cuda:N (e.g. cuda:0).")
+    return spec
+
+
+def resolve_device(spec: str) -> Any:
+    """The ``torch.device`` that ``--device spec`` names, checked against what this torch build can use.
+
+    ``resolve_device("auto")`` is ``device("cuda", 0)`` where torch sees a GPU, else ``device("cpu")``.
+    """
+    import torch
+
+    check_device_spec(spec)
+    if spec == "auto":
+        return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    device = torch.device(spec)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+            raise InvalidArgument(
+                f"--device {spec}: torch {torch.__version__} ({build}) sees no CUDA GPU. On a machine with an NVIDIA "
+                "GPU, `bash scripts/setup.sh` installs the CUDA build of torch and vLLM; here use --device cpu."
+            )
+        index = 0 if device.index is None else device.index
+        if index >= torch.cuda.device_count():
+            raise InvalidArgument(
+                f"--device {spec}: torch sees {torch.cuda.device_count()} CUDA GPU(s), indices 0 to "
+                f"{torch.cuda.device_count() - 1}; pick one of them (or set CUDA_VISIBLE_DEVICES)."
+            )
+        device = torch.device("cuda", index)
+    return device
+
+
+def place_model(model: Any, device: Any) -> Any:
+    """Move ``model`` to ``device`` (in place; returned for chaining); on CUDA attention runs through SDPA."""
+    if getattr(device, "type", str(device)) == "cuda" and hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation("sdpa")
+    return model.to(device)
+
+
+def model_device(model: Any) -> Any:
+    """The device of ``model``'s first parameter (where its inputs must be)."""
+    return next(model.parameters()).device
+
+
+def set_threads(device: Any, threads: int) -> None:
+    """``torch.set_num_threads(threads)`` for a CPU run (``threads`` 0 = torch's default); on CUDA the CPU knob is
+    ignored, with a note when it was given."""
+    import torch
+
+    if not threads:
+        return
+    if getattr(device, "type", str(device)) == "cpu":
+        torch.set_num_threads(threads)
+    else:
+        print(f"[device] --threads {threads} ignored on {device} (a CPU knob)", flush=True)
+
+
+def peak_device_memory_gib(device: Any) -> float | None:
+    """Peak memory torch allocated on a CUDA ``device`` since start-up (GiB); ``None`` on the CPU (whose peak is
+    ``trainers.metrics.peak_memory_gib``, the process's resident set)."""
+    import torch
+
+    if getattr(device, "type", str(device)) != "cuda":
+        return None
+    return torch.cuda.max_memory_allocated(device) / 2**30
