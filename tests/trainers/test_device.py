@@ -129,3 +129,14 @@ def test_device_flag_is_validated_by_the_cli(name, capsys):
     with pytest.raises(SystemExit):
         parse_config(cls, ["--device", "tpu"], prog="t", description="")
     assert "--device 'tpu' is not a device" in capsys.readouterr().err
+
+
+def test_evaluate_takes_the_device_flag(tmp_path, tiny_model_dir):
+    from leaderboards.evaluate import EvalConfig, main
+
+    row = main(["--env", "TurnRL/Arithmetic-v0", "--model", tiny_model_dir, "--episodes", "2", "--max-new-tokens", "4",
+                "--max-turns", "1", "--threads", "1", "--no-tables", "--engine", "transformers", "--device", "cpu",
+                "--results-dir", str(tmp_path / "results")])  # fmt: skip
+    assert row.engine == "transformers" and row.policy_tokens > 0
+    with pytest.raises(InvalidArgument, match="--device 'cuda0' is not a device"):
+        EvalConfig(model="smollm2", device="cuda0")
