@@ -274,11 +274,27 @@ def make_loggers(
 
 
 # ----------------------------------------------------------------------------------------------------- traces
-def token_texts(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+def token_texts(tokenizer: Any, ids: Sequence[int], context: int = 8) -> list[str]:
     """The text each of ``ids`` adds to the decoded sequence; their concatenation is ``decode(ids)``. A token that
-    ends inside a multi-byte character adds ``""`` and the token completing it the whole character."""
+    ends inside a multi-byte character adds ``""`` and the token completing it the whole character. Each piece is
+    decoded with at most ``context`` tokens before it (linear in ``len(ids)``); a tokenizer whose pieces then do not
+    add up to the whole (e.g. one that strips a leading space) gets the exact prefix-by-prefix decode instead."""
     from trainers.rollout import decode
 
+    ids = list(ids)
+    out: list[str] = []
+    start = 0  # first token whose text is not out yet
+    for i in range(len(ids)):
+        lo = max(0, start - context)
+        before, now = decode(tokenizer, ids[lo:start]), decode(tokenizer, ids[lo : i + 1])
+        if (now.endswith("\ufffd") and i + 1 < len(ids)) or not now.startswith(before):
+            out.append("")  # inside a character: its last byte's token carries it
+            continue
+        out.append(now[len(before) :])
+        start = i + 1
+    whole = decode(tokenizer, ids)
+    if "".join(out) == whole:
+        return out
     out, prev = [], ""
     for i in range(len(ids)):
         cur = decode(tokenizer, ids[: i + 1])
@@ -287,8 +303,8 @@ def token_texts(tokenizer: Any, ids: Sequence[int]) -> list[str]:
             continue
         out.append(cur[len(prev) :])
         prev = cur
-    if prev != decode(tokenizer, ids):  # the last token left a partial character: its text carries the rest
-        out[-1] += decode(tokenizer, ids)[len(prev) :]
+    if prev != whole:  # the last token left a partial character: its text carries the rest
+        out[-1] += whole[len(prev) :]
     return out
 
 

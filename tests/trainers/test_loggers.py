@@ -135,6 +135,21 @@ def test_token_texts_concatenate_to_the_decoded_text(tokenizer):
     assert all("\ufffd" not in p for p in pieces)
 
 
+class WordTokenizer:
+    """Decodes ids as space-joined words, the first without its space (as SentencePiece strips a leading one)."""
+
+    words = ("alpha", "beta", "gamma", "delta")
+
+    def decode(self, ids, **kwargs):
+        return " ".join(self.words[i] for i in ids)
+
+
+def test_token_texts_of_a_word_level_decoder_add_up_past_the_context_window():
+    ids = [0, 1, 2, 3, 1] * 4
+    pieces = L.token_texts(WordTokenizer(), ids)
+    assert "".join(pieces) == WordTokenizer().decode(ids) and pieces[:3] == ["alpha", " beta", " gamma"]
+
+
 def _scripted_episodes(tokenizer, tasks: int = 2, group: int = 3):
     from trainers.engines import stop_token_ids
     from trainers.rollout import EnvPool, RolloutConfig, collect, scripted_actor
@@ -227,3 +242,10 @@ def test_tiny_rl_run_logs_everywhere_and_writes_traces(tmp_path, tiny_model_dir,
     for step in (0, 1, 2):
         held = L.read_trace(run / "traces" / f"eval_step_{step:06d}.jsonl.gz")
         assert len(held) == 2 and all(r["kind"] == "eval" and t["adv"] is None for r in held for t in r["turns"])
+    from leaderboards import view
+
+    page = view.main([str(run), "--out", str(tmp_path / "view.html")]).read_text()
+    data = json.loads(page.split('id="data">', 1)[1].split("</script>", 1)[0])
+    assert sorted((e["kind"], e["step"]) for e in data["episodes"]) == sorted(
+        [("train", 1)] * 3 + [("train", 2)] * 3 + [("eval", s) for s in (0, 1, 2) for _ in range(2)]
+    )
