@@ -97,9 +97,10 @@ def to_gym_sokoban(board) -> tuple[list[list[int]], list[list[int]]]:
 def check_dynamics(n_rooms: int, n_actions: int, seed: int) -> tuple[int, int]:
     """Play the same random actions in gym-sokoban's env and with our ``apply_move``; count identical states."""
     from envs.sokoban import rooms
+    from envs.sokoban.board import DIRECTIONS, apply_move
 
     rng = np.random.default_rng(seed)
-    names = list(rooms.DIRECTIONS)  # Up, Down, Left, Right = gym-sokoban's "push" actions 1..4 (push, else move)
+    names = list(DIRECTIONS)  # Up, Down, Left, Right = gym-sokoban's "push" actions 1..4 (push, else move)
     cases, ours = [], []
     for k in range(n_rooms):
         board = rooms.find_room(seed + 1000 * k, rooms.RoomConfig(min_solution_length=1)).board
@@ -108,7 +109,7 @@ def check_dynamics(n_rooms: int, n_actions: int, seed: int) -> tuple[int, int]:
         cases.append({"fixed": fixed, "state": state, "actions": actions})
         trajectory = []
         for a in actions:
-            result = rooms.apply_move(board, names[a - 1])
+            result = apply_move(board, names[a - 1])
             board = result.board
             trajectory.append([to_gym_sokoban(board)[1], result.moved, board.solved])
         ours.append(trajectory)

@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 from agentgym_turn.core import Message, RewardLevel, TurnEnv, TurnResult, state_digest
 from agentgym_turn.error import InvalidArgument, InvalidTask
 from agentgym_turn.policies import ScriptedPolicy
+from envs.sokoban.board import Board, Pos, apply_move, board_rows, parse_board, render_board
 from envs.sokoban.policies import bfs_policy, random_policy
 from envs.sokoban.rewards import (
     ACTION_SEPARATOR,
@@ -43,7 +44,7 @@ from envs.sokoban.rewards import (
     parse_turn,
     reward_turn,
 )
-from envs.sokoban.rooms import Board, Pos, RoomConfig, apply_move, board_rows, find_room, parse_board, render_board
+from envs.sokoban.rooms import RoomConfig, find_room
 from envs.sokoban.solver import walk_distance
 
 SYSTEM_PROMPT = """You are solving a Sokoban puzzle on a grid.

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from agentgym_turn.core import TurnEnv
+from envs.sokoban.board import DIRECTIONS
 from envs.sokoban.rewards import ACTION_SEPARATOR
-from envs.sokoban.rooms import DIRECTIONS
 from envs.sokoban.solver import shortest_solution
 
 

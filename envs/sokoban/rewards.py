@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from agentgym_turn.parsing import count_tag, extract_tag
-from envs.sokoban.rooms import DIRECTIONS
+from envs.sokoban.board import DIRECTIONS
 
 #: Reward numbers of Appendix E.
 SUCCESS_REWARD = 10.0  # every box on a target in the final state (outcome)

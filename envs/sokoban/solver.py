@@ -1,12 +1,12 @@
 """Breadth-first searches: the shortest Sokoban solution (the oracle and the room filter) and the shortest walk.
 
-    >>> from envs.sokoban.rooms import parse_board
+    >>> from envs.sokoban.board import parse_board
     >>> shortest_solution(parse_board(["######", "#PX_O#", "######"]))
     ['Right', 'Right']
     >>> walk_distance(parse_board(["#######", "#P__XO#", "#######"]), (1, 1), (1, 3))
     2
 
-The search state is (player position, box positions); moves use :func:`envs.sokoban.rooms.apply_move`, the same
+The search state is (player position, box positions); moves use :func:`envs.sokoban.board.apply_move`, the same
 dynamics the env plays. A 6x6 room with one box has at most a few hundred states: a full search takes milliseconds.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from envs.sokoban.rooms import DIRECTIONS, Board, Pos, apply_move
+from envs.sokoban.board import DIRECTIONS, Board, Pos, apply_move
 
 
 def shortest_solution(board: Board, max_depth: int | None = None) -> list[str] | None:

@@ -17,20 +17,12 @@ from hypothesis import strategies as st
 import agentgym_turn
 from agentgym_turn.error import InvalidArgument, InvalidTask, ResetNeeded
 from agentgym_turn.policies import get_scripted_policy, run_episode
+from envs.sokoban import board as board_module
 from envs.sokoban import env as env_module
 from envs.sokoban import policies, rewards, rooms, solver
+from envs.sokoban.board import Board, apply_move, parse_board, render_board
 from envs.sokoban.rewards import parse_turn
-from envs.sokoban.rooms import (
-    Board,
-    RoomConfig,
-    apply_move,
-    board_from_gym_sokoban,
-    find_room,
-    generate_board,
-    parse_board,
-    render_board,
-    room_for_seed,
-)
+from envs.sokoban.rooms import RoomConfig, board_from_gym_sokoban, find_room, generate_board, room_for_seed
 from envs.sokoban.solver import shortest_solution
 
 gym.register_envs(agentgym_turn)
@@ -403,7 +395,7 @@ def test_reset_seed_determinism_and_task_round_trip():
 def _iddfs_length(board: Board, limit: int) -> int | None:
     """Naive reference: try every action sequence of length 0..limit."""
     for n in range(limit + 1):
-        for seq in itertools.product(rooms.DIRECTIONS, repeat=n):
+        for seq in itertools.product(board_module.DIRECTIONS, repeat=n):
             b = board
             for a in seq:
                 b = apply_move(b, a).board
@@ -495,7 +487,7 @@ def test_check_env():
 
 
 def test_module_doctests():
-    for module in (env_module, policies, rewards, rooms, solver):
+    for module in (env_module, policies, rewards, board_module, rooms, solver):
         result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert result.failed == 0 and result.attempted > 0, module.__name__
 
