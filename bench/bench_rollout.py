@@ -79,7 +79,7 @@ class HFGenerateEngine:
         import torch
         from transformers import LogitsProcessor, LogitsProcessorList
 
-        from trainers.engines import Generation
+        from trainers.engine_api import Generation
 
         class Recorder(LogitsProcessor):
             """Custom processors run before HF's temperature and top-p: keeps ``log_softmax(logits / T)`` of the
@@ -162,8 +162,9 @@ def child(args: argparse.Namespace) -> None:
 
     import agentgym_turn  # noqa: F401  (registers the envs)
     from agentgym_turn.models import load_causal_lm, smollm2_dir
+    from trainers.engine_api import SamplingConfig
     from trainers.engine_transformers import TransformersEngine
-    from trainers.engines import SamplingConfig, make_engine, stop_token_ids
+    from trainers.engines import make_engine, stop_token_ids
     from trainers.rollout import EnvPool, RolloutConfig, collect, engine_actor
 
     model, tok = load_causal_lm("smollm2")

@@ -17,6 +17,7 @@ MODULES = [
     "envs.wiki_two_turn.rewards",
     "envs.wiki_two_turn.env",
     "trainers.credit",
+    "trainers.engine_api",
 ]
 
 

@@ -2,7 +2,9 @@
 
 Modules (the loop reads top to bottom in :mod:`trainers.rl`):
 
-- :mod:`trainers.engines`: generation engines (transformers, vLLM, OpenAI-compatible HTTP), token ids in and out.
+- :mod:`trainers.engine_api`: the engine interface (token ids in and out); :mod:`trainers.engines`: vLLM,
+  OpenAI-compatible HTTP and :func:`~trainers.engines.make_engine`; :mod:`trainers.engine_transformers` (+ its
+  fast Llama decode loop, :mod:`trainers.llama_decode`).
 - :mod:`trainers.rollout`: token-in-token-out episodes, chat-template deltas with a checked prefix invariant,
   group and tree rollouts.
 - :mod:`trainers.episode`: the :class:`~trainers.episode.Episode` record.

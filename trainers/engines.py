@@ -1,20 +1,19 @@
-"""Generation engines behind one interface: prompt token ids in, generated token ids and their log-probs out.
+"""Generation engines behind one interface (:mod:`trainers.engine_api`): prompt token ids in, generated token ids
+and their log-probs out. Three engines, built by name with :func:`make_engine`:
 
-Token-in-token-out is what makes RL on chats correct: the ids an engine returns are exactly the ids the trainer
-scores and trains, so nothing is re-tokenised between sampling and the update. Three engines:
-
-* :class:`TransformersEngine` (the fallback): batched, left padded, KV cache, seeded temperature/top-p sampling
-  with a ``torch.Generator``; it shares the policy module with the trainer, so updated weights are used at once.
+* :class:`~trainers.engine_transformers.TransformersEngine` (the fallback): batched, KV cache, seeded
+  temperature/top-p sampling with a ``torch.Generator``; it shares the policy module with the trainer, so updated
+  weights are used at once (its own module, imported lazily: it needs torch).
 * :class:`VLLMEngine` (the default wherever vLLM is installed: ``--engine auto``): ``vllm.LLM`` on a plain HF
   folder (lazy import; ``pip install "agentgym-turn[vllm]"``);
   :meth:`VLLMEngine.update_weights` pushes the trainer's weights into the running engine after each update.
 * :class:`OpenAIEngine`: any OpenAI-compatible ``/v1/completions`` server that takes token ids as the prompt and
   returns token ids with their log-probs (vLLM's server: ``return_tokens_as_token_ids``).
 
-Log-probs are those of the sampling distribution before top-p truncation: ``log_softmax(logits / temperature)``
-(the update divides its logits by the same temperature, so the importance ratio starts at 1)::
+Every engine returns the log-probs of the sampling distribution before top-p truncation (see
+:mod:`trainers.engine_api`)::
 
-    >>> engine = TransformersEngine(model, stop_token_ids=[tok.eos_token_id])        # doctest: +SKIP
+    >>> engine = make_engine("transformers", model=model, tokenizer=tok)              # doctest: +SKIP
     >>> [g] = engine.generate([[1, 2, 3]], SamplingConfig(max_new_tokens=8, seed=0))  # doctest: +SKIP
     >>> g.token_ids, g.logprobs, g.finished                                          # doctest: +SKIP
 """
@@ -31,58 +30,19 @@ import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from agentgym_turn.error import InvalidArgument, ServiceError, require
+from trainers.engine_api import Engine, Generation, SamplingConfig
 
 ENGINES = ("transformers", "vllm", "openai")
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SamplingConfig:
-    """How to sample one batch. ``temperature == 0`` is greedy (log-probs then use temperature 1)."""
-
-    max_new_tokens: int = 128
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise InvalidArgument(f"max_new_tokens={self.max_new_tokens} must be >= 1.")
-        if self.temperature < 0:
-            raise InvalidArgument(f"temperature={self.temperature} must be >= 0 (0 = greedy).")
-        if not 0 < self.top_p <= 1:
-            raise InvalidArgument(f"top_p={self.top_p} must be in (0, 1].")
 
 
 def request_seed(seed: int | None, index: int) -> int | None:
     """The seed of request ``index`` of a seeded batch (``None``: unseeded). Every engine that seeds requests one
     by one uses it, so identical prompts in a batch (a group's members) sample different completions."""
     return None if seed is None else seed + index
-
-
-@dataclass
-class Generation:
-    """One sampled continuation: its ids (the stop token included when one was hit), their log-probs, and
-    ``finished`` (a stop token ended it; ``False`` means ``max_new_tokens`` cut it)."""
-
-    token_ids: list[int]
-    logprobs: list[float]
-    finished: bool
-
-
-class Engine(Protocol):
-    """What the rollout code needs from a generation engine."""
-
-    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig) -> list[Generation]:
-        """Continue every prompt (token ids) until a stop token or ``sampling.max_new_tokens``."""
-        ...
-
-    def update_weights(self, model: Any) -> None:
-        """Make the engine sample from ``model``'s current weights."""
-        ...
 
 
 # ---------------------------------------------------------------------------------------------------- vLLM
@@ -346,15 +306,6 @@ def parse_completion_choice(choice: dict[str, Any], stop_token_ids: Sequence[int
         ids.append(int(tok.split(":", 1)[1]))
     finished = choice.get("finish_reason") == "stop" or (bool(ids) and ids[-1] in set(stop_token_ids))
     return Generation(ids, [float(v) for v in values], finished=finished)
-
-
-def __getattr__(name: str) -> Any:
-    """``TransformersEngine`` lives in :mod:`trainers.engine_transformers`; re-exported here lazily."""
-    if name == "TransformersEngine":
-        from trainers.engine_transformers import TransformersEngine
-
-        return TransformersEngine
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def make_engine(

@@ -11,7 +11,7 @@ optionally, the generation engines) live in Ray actors on any node of a cluster:
   policies, which run beside the env with the slot's random generator shipped both ways).
 * :meth:`RayEnvPool.pipeline` wraps an actor so that, as soon as a turn is generated, every env's step is sent to
   its worker at once: the workers step their envs in parallel while ``collect`` reads the results one by one.
-* :class:`RayEngine` has the :class:`~trainers.engines.Engine` interface; it splits each batch of prompts over
+* :class:`RayEngine` has the :class:`~trainers.engine_api.Engine` interface; it splits each batch of prompts over
   ``workers`` generation actors, each running this repo's own engine (``make_engine``: vLLM or transformers) on a
   copy of the policy. ``update_weights(model)`` ships the state dict once through the object store, and every actor
   loads it and calls its engine's own ``update_weights`` (vLLM: the reload-from-folder push).
@@ -70,7 +70,7 @@ import numpy as np
 
 from agentgym_turn.core import state_digest
 from agentgym_turn.error import InvalidArgument, ServiceError, require
-from trainers.engines import Generation, SamplingConfig
+from trainers.engine_api import Generation, SamplingConfig
 from trainers.rollout import Actor, EnvPool, Slot, decode
 
 log = logging.getLogger(__name__)
@@ -544,7 +544,7 @@ class GenerationWorker:
 
 
 class RayEngine:
-    """The :class:`~trainers.engines.Engine` interface over ``workers`` generation actors (see the module docstring).
+    """The :class:`~trainers.engine_api.Engine` interface over ``workers`` generation actors (see the module docstring).
 
     A batch is split into ``workers`` contiguous shards; shard k samples with ``seed + k * 104729`` (shard 0 with
     the caller's seed, so one worker samples exactly what the same engine does in-process, and equal prompts on

@@ -37,7 +37,7 @@ import numpy as np
 from agentgym_turn.core import Message, with_late_components
 from agentgym_turn.error import InvalidArgument
 from agentgym_turn.policies import ScriptedPolicy, get_scripted_policy
-from trainers.engines import Engine, Generation, SamplingConfig
+from trainers.engine_api import Engine, Generation, SamplingConfig
 from trainers.episode import Episode
 
 

@@ -14,8 +14,9 @@ import logging
 import pytest
 
 from tests.trainers.conftest import tiny_llama
-from trainers.engine_transformers import EngineStats, PrefixCache, TransformersEngine, unsupported_reason
-from trainers.engines import SamplingConfig
+from trainers.engine_api import SamplingConfig
+from trainers.engine_transformers import TransformersEngine
+from trainers.llama_decode import EngineStats, PrefixCache, unsupported_reason
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from trainers.engines import Generation, SamplingConfig, TransformersEngine, parse_completion_choice, stop_token_ids
+from trainers.engine_api import Generation, SamplingConfig
+from trainers.engine_transformers import TransformersEngine
+from trainers.engines import parse_completion_choice, stop_token_ids
 
 torch = pytest.importorskip("torch")
 

@@ -12,7 +12,8 @@ import pytest
 import agentgym_turn  # noqa: F401  (registers the TurnRL ids)
 from leaderboards.evaluate import task_seeds
 from leaderboards.families import FAMILIES
-from trainers.engines import Generation, SamplingConfig, stop_token_ids
+from trainers.engine_api import Generation, SamplingConfig
+from trainers.engines import stop_token_ids
 from trainers.episode import Episode
 from trainers.evaluation import HeldOut, evaluate_policy, held_out_kwargs, parse_env_kwargs, summarize
 

@@ -51,8 +51,8 @@ def test_merged_weights_are_base_plus_scaled_b_a(tmp_path, tokenizer):
 
 def test_greedy_of_the_adapter_model_equals_greedy_of_the_merged_folder(tmp_path, tokenizer):
     from agentgym_turn.models import load_causal_lm
+    from trainers.engine_api import SamplingConfig
     from trainers.engine_transformers import TransformersEngine
-    from trainers.engines import SamplingConfig
 
     model = _adapted(len(tokenizer))
     M.save_policy(model, tokenizer, str(tmp_path / "merged"))

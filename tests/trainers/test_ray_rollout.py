@@ -16,7 +16,9 @@ import pytest
 
 from agentgym_turn.error import InvalidArgument
 from tests.trainers import toy_env
-from trainers.engines import SamplingConfig, TransformersEngine, stop_token_ids
+from trainers.engine_api import SamplingConfig
+from trainers.engine_transformers import TransformersEngine
+from trainers.engines import stop_token_ids
 from trainers.rollout import EnvPool, RolloutConfig, collect, scripted_actor
 
 ray = pytest.importorskip("ray")

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from tests.trainers import toy_env
-from trainers.engines import TransformersEngine, stop_token_ids
+from trainers.engine_transformers import TransformersEngine
+from trainers.engines import stop_token_ids
 from trainers.rollout import (
     EnvPool,
     PrefixInvariantError,

@@ -190,7 +190,7 @@ class _CompletionsHandler(BaseHTTPRequestHandler):
     """``POST /v1/completions`` with token-id prompts, answered by the server's engine (vLLM's reply format)."""
 
     def do_POST(self) -> None:
-        from trainers.engines import SamplingConfig
+        from trainers.engine_api import SamplingConfig
 
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         sampling = SamplingConfig(
@@ -346,7 +346,7 @@ class TextPolicyEngine:
         self.tokenizer = tokenizer
 
     def generate(self, prompts, sampling):
-        from trainers.engines import Generation
+        from trainers.engine_api import Generation
         from trainers.rollout import decode, encode
 
         gens = []

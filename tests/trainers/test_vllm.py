@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from tests.trainers.conftest import tiny_llama
+from trainers.engine_api import SamplingConfig
 from trainers.engine_transformers import TransformersEngine
-from trainers.engines import SamplingConfig
 
 pytestmark = pytest.mark.slow
 vllm = pytest.importorskip("vllm")

@@ -53,7 +53,8 @@ import torch
 
 import agentgym_turn  # noqa: F401  (registers the TurnRL/ ids)
 from agentgym_turn.error import InvalidArgument
-from trainers.engines import Generation, OpenAIEngine, SamplingConfig, stop_token_ids
+from trainers.engine_api import Generation, SamplingConfig
+from trainers.engines import OpenAIEngine, stop_token_ids
 from trainers.integrations.turn_records import RECORD_KEY, TurnRecord
 from trainers.integrations.verl_turnrl import require_verl, response_start, turn_token_rewards
 from trainers.rollout import RolloutConfig, Slot, play, start_slot
