@@ -105,10 +105,13 @@ class TransformersEngine:
         torch = require("torch", "train")
         if any(len(p) == 0 for p in prompts):
             raise InvalidArgument("every prompt needs at least one token.")
+        device = next(self.model.parameters()).device  # sampling runs there (the generator too)
+        if self._generator is not None and self._generator.device != device:
+            self._generator = None
         if sampling.seed is not None:
-            self._generator = torch.Generator().manual_seed(sampling.seed)
+            self._generator = torch.Generator(device=device).manual_seed(sampling.seed)
         elif self._generator is None:
-            self._generator = torch.Generator().manual_seed(torch.seed())
+            self._generator = torch.Generator(device=device).manual_seed(torch.seed())
         decoder = self._fast_decoder()
         out: list[Generation] = []
         was_training = self.model.training
@@ -155,20 +158,21 @@ class TransformersEngine:
         import torch
 
         n, width = len(prompts), max(len(p) for p in prompts)
-        ids = torch.full((n, width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((n, width), dtype=torch.long)
+        dev = next(self.model.parameters()).device
+        ids = torch.full((n, width), self.pad_token_id, dtype=torch.long, device=dev)
+        mask = torch.zeros((n, width), dtype=torch.long, device=dev)
         for i, p in enumerate(prompts):
-            ids[i, width - len(p) :] = torch.tensor(list(p), dtype=torch.long)
+            ids[i, width - len(p) :] = torch.tensor(list(p), dtype=torch.long, device=dev)
             mask[i, width - len(p) :] = 1
-        stop = torch.tensor(list(self.stop_token_ids), dtype=torch.long)
-        tokens = torch.zeros((n, sampling.max_new_tokens), dtype=torch.long)
-        logps = torch.zeros((n, sampling.max_new_tokens), dtype=torch.float32)
-        lengths = torch.full((n,), sampling.max_new_tokens, dtype=torch.long)
-        finished = torch.zeros(n, dtype=torch.bool)
+        stop = torch.tensor(list(self.stop_token_ids), dtype=torch.long, device=dev)
+        tokens = torch.zeros((n, sampling.max_new_tokens), dtype=torch.long, device=dev)
+        logps = torch.zeros((n, sampling.max_new_tokens), dtype=torch.float32, device=dev)
+        lengths = torch.full((n,), sampling.max_new_tokens, dtype=torch.long, device=dev)
+        finished = torch.zeros(n, dtype=torch.bool, device=dev)
         temperature = sampling.temperature if sampling.temperature > 0 else 1.0
         cache = None
         step_ids, positions = ids, (mask.cumsum(-1) - 1).clamp(min=0)
-        autocast = torch.autocast("cpu", dtype=torch.bfloat16) if self.autocast_bf16 else contextlib.nullcontext()
+        autocast = torch.autocast(dev.type, dtype=torch.bfloat16) if self.autocast_bf16 else contextlib.nullcontext()
         # only the last position's logits are sampled: skip the LM head over the whole prompt (~10% of a prefill)
         keep_last = {"logits_to_keep": 1} if _accepts(self.model.forward, "logits_to_keep") else {}
         with torch.no_grad(), autocast:

@@ -80,7 +80,7 @@ def sample_top_p(probs: Any, top_p: float, generator: Any, *, inverse_cdf: bool 
     if not inverse_cdf:
         return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
     cdf = probs.cumsum(-1)
-    u = torch.rand(cdf.shape[0], 1, generator=generator) * cdf[:, -1:]
+    u = torch.rand(cdf.shape[0], 1, generator=generator, device=cdf.device) * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)
 
 
@@ -272,19 +272,20 @@ class _BatchKV:
         import torch
 
         n, (_, kv_heads, _, head_dim), dtype = len(lengths), kc[0].shape, kc[0].dtype
-        self.group = torch.zeros(n, dtype=torch.long)
+        dev = kc[0].device
+        self.group = torch.zeros(n, dtype=torch.long, device=dev)
         for g, (_, rows) in enumerate(groups):
             self.group[rows] = g
-        self.shared = torch.tensor([s for s, _ in groups], dtype=torch.long)
+        self.shared = torch.tensor([s for s, _ in groups], dtype=torch.long, device=dev)
         pmax = int(self.shared.max())
         own = max(length - int(self.shared[self.group[r]]) for r, length in enumerate(lengths)) + extra
         self.ks, self.vs, self.ko, self.vo = [], [], [], []
         for li in range(len(kc)):
             # keys past a row's length are masked (any value will do); values there meet probability 0: zeros
-            ks = torch.empty(len(groups), kv_heads, pmax, head_dim, dtype=dtype)
-            vs = torch.zeros(len(groups), kv_heads, pmax, head_dim, dtype=dtype)
-            ko = torch.empty(n, kv_heads, own, head_dim, dtype=dtype)
-            vo = torch.zeros(n, kv_heads, own, head_dim, dtype=dtype)
+            ks = torch.empty(len(groups), kv_heads, pmax, head_dim, dtype=dtype, device=dev)
+            vs = torch.zeros(len(groups), kv_heads, pmax, head_dim, dtype=dtype, device=dev)
+            ko = torch.empty(n, kv_heads, own, head_dim, dtype=dtype, device=dev)
+            vo = torch.zeros(n, kv_heads, own, head_dim, dtype=dtype, device=dev)
             for g, (shared, rows) in enumerate(groups):
                 ks[g, :, :shared] = kc[li][source[rows[0]], :, :shared]
                 vs[g, :, :shared] = vc[li][source[rows[0]], :, :shared]
@@ -302,16 +303,17 @@ class _BatchKV:
         """Slot tables: ``slot[g, j]`` = the j-th row of group g (padded), ``flat[r]`` = row r's place in them."""
         import torch
 
+        dev = self.group.device
         members = [torch.nonzero(self.group == g).flatten() for g in range(len(self.shared))]
         width = max(len(m) for m in members)
-        self.slot = torch.zeros(len(members), width, dtype=torch.long)
-        self.flat = torch.zeros(len(self.group), dtype=torch.long)
+        self.slot = torch.zeros(len(members), width, dtype=torch.long, device=dev)
+        self.flat = torch.zeros(len(self.group), dtype=torch.long, device=dev)
         for g, rows in enumerate(members):
             self.slot[g, : len(rows)] = rows
-            self.flat[rows] = g * width + torch.arange(len(rows))
+            self.flat[rows] = g * width + torch.arange(len(rows), device=dev)
         self.row_shared = self.shared[self.group]
         pmax = self.ks[0].shape[2]
-        self.shared_mask = (torch.arange(pmax)[None, :] < self.row_shared[:, None])[:, None, None, :]
+        self.shared_mask = (torch.arange(pmax, device=dev)[None, :] < self.row_shared[:, None])[:, None, None, :]
         self._back: Any = None  # scatter buffer of the shared part's probabilities (padded slots stay 0)
 
     def compact(self, keep: Any) -> None:
@@ -319,8 +321,8 @@ class _BatchKV:
         import torch
 
         groups = torch.unique(self.group[keep])
-        remap = torch.full((len(self.shared),), -1, dtype=torch.long)
-        remap[groups] = torch.arange(len(groups))
+        remap = torch.full((len(self.shared),), -1, dtype=torch.long, device=groups.device)
+        remap[groups] = torch.arange(len(groups), device=groups.device)
         self.group, self.shared = remap[self.group[keep]], self.shared[groups]
         self.ko, self.vo = [k[keep] for k in self.ko], [v[keep] for v in self.vo]
         if len(groups) < len(remap):
@@ -333,7 +335,8 @@ class _BatchKV:
 
         p = int(self.row_shared[r])
         g = int(self.group[r])
-        kv = torch.empty((2, len(self.ko), *self.ko[0].shape[1:2], length, self.ko[0].shape[3]), dtype=self.ko[0].dtype)
+        kv = torch.empty((2, len(self.ko), *self.ko[0].shape[1:2], length, self.ko[0].shape[3]), dtype=self.ko[0].dtype,
+                         device=self.ko[0].device)  # fmt: skip
         for li in range(len(self.ko)):
             kv[0, li, :, :p], kv[1, li, :, :p] = self.ks[li][g, :, :p], self.vs[li][g, :, :p]
             kv[0, li, :, p:], kv[1, li, :, p:] = self.ko[li][r, :, : length - p], self.vo[li][r, :, : length - p]
@@ -357,7 +360,7 @@ class _BatchKV:
         probs = scores.softmax(-1).to(q.dtype)
         out = probs[..., pmax:] @ self.vo[li]
         if self._back is None:
-            self._back = torch.zeros(groups * width, kvh, rep, pmax, dtype=q.dtype)
+            self._back = torch.zeros(groups * width, kvh, rep, pmax, dtype=q.dtype, device=q.device)
         back = self._back
         back[self.flat] = probs[..., :pmax]
         back = back.view(groups, width, kvh, rep, pmax).permute(0, 2, 1, 3, 4).reshape(groups, kvh, width * rep, pmax)
@@ -382,7 +385,8 @@ class LlamaDecoder:
         self.scale = float(getattr(self.layers[0].self_attn, "scaling", self.head_dim**-0.5))
         self.dtype = dtype
         self.autocast = autocast_bf16
-        self.stop = torch.tensor(list(stop_token_ids), dtype=torch.long)
+        self.device = self.lm_head.weight.device  # every tensor of the loop is made there
+        self.stop = torch.tensor(list(stop_token_ids), dtype=torch.long, device=self.device)
         self._weights: dict[int, tuple[Any, Any]] = {}
 
     # -------------------------------------------------------------------------------------------- building blocks
@@ -397,7 +401,7 @@ class LlamaDecoder:
                 bias = None if module.bias is None else module.bias.detach().to(self.dtype)
                 pair = self._weights[id(module)] = (module.weight.detach().to(self.dtype), bias)
             return F.linear(x, pair[0], pair[1])
-        ctx = torch.autocast("cpu", dtype=torch.bfloat16) if self.autocast else contextlib.nullcontext()
+        ctx = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.autocast else contextlib.nullcontext()
         with ctx:  # e.g. a LoRA-wrapped linear: its own forward
             return module(x).to(self.dtype)
 
@@ -432,8 +436,10 @@ class LlamaDecoder:
         row), writing their KV into row i of ``kc``/``vc`` from ``starts[i]``; returns the last positions' logits."""
         import torch
 
-        ids = torch.tensor([t for p, s in zip(prompts, starts, strict=True) for t in p[s:]], dtype=torch.long)
-        pos = torch.cat([torch.arange(s, len(p)) for p, s in zip(prompts, starts, strict=True)])
+        dev = self.device
+        flat = [t for p, s in zip(prompts, starts, strict=True) for t in p[s:]]
+        ids = torch.tensor(flat, dtype=torch.long, device=dev)
+        pos = torch.cat([torch.arange(s, len(p), device=dev) for p, s in zip(prompts, starts, strict=True)])
         spans, off = [], 0
         for p, s in zip(prompts, starts, strict=True):
             spans.append((off, len(p) - s, s))
@@ -442,7 +448,7 @@ class LlamaDecoder:
         cos, sin = self._rope(h, pos)
         for li, layer in enumerate(self.layers):
             q, k, v = self._qkv(layer, h, cos, sin)
-            out = torch.empty(q.shape[0], self.heads * self.head_dim, dtype=self.dtype)
+            out = torch.empty(q.shape[0], self.heads * self.head_dim, dtype=self.dtype, device=dev)
             for row, (o, n, s) in enumerate(spans):
                 kc[li][row, :, s : s + n] = k[o : o + n].transpose(0, 1)
                 vc[li][row, :, s : s + n] = v[o : o + n].transpose(0, 1)
@@ -451,7 +457,7 @@ class LlamaDecoder:
                     m = min(_QUERY_CHUNK, n - c)
                     out[o + c : o + c + m] = self._attend_prefill(q[o + c : o + c + m], keys, vals, s + c)
             h = self._finish_layer(layer, h, out)
-        last = torch.tensor([o + n - 1 for o, n, _ in spans])
+        last = torch.tensor([o + n - 1 for o, n, _ in spans], device=dev)
         return self._logits(h[last])
 
     def _attend_prefill(self, q: Any, keys: Any, vals: Any, start: int) -> Any:
@@ -466,7 +472,7 @@ class LlamaDecoder:
         keys, vals = keys[:, :width], vals[:, :width]
         qf = q.transpose(0, 1).reshape(self.kv_heads, group * n, self.head_dim)
         scores = (qf @ keys.transpose(-1, -2)).float().mul_(self.scale)
-        future = torch.arange(width)[None, :] > torch.arange(start, width)[:, None]
+        future = torch.arange(width, device=q.device)[None, :] > torch.arange(start, width, device=q.device)[:, None]
         scores.view(self.kv_heads, group, n, width).masked_fill_(future, float("-inf"))
         out = scores.softmax(-1).to(self.dtype) @ vals
         return out.view(self.heads, n, self.head_dim).transpose(0, 1).reshape(n, -1)
@@ -477,9 +483,9 @@ class LlamaDecoder:
         import torch
 
         b = ids.shape[0]
-        rows = torch.arange(b)
+        rows = torch.arange(b, device=ids.device)
         own = lens - kv.row_shared
-        own_mask = (torch.arange(kv.ko[0].shape[2])[None, :] <= own[:, None])[:, None, None, :]
+        own_mask = (torch.arange(kv.ko[0].shape[2], device=ids.device)[None, :] <= own[:, None])[:, None, None, :]
         mask = torch.cat([kv.shared_mask, own_mask], dim=-1)
         h = self.body.embed_tokens(ids)
         cos, sin = self._rope(h, lens)
@@ -511,8 +517,8 @@ class LlamaDecoder:
         uniq = [prompts[distinct.index(u)] for u in range(len(first))]
         width = max(len(p) for p in uniq)
         shape = (len(uniq), self.kv_heads, width, self.head_dim)
-        kc = [torch.empty(shape, dtype=self.dtype) for _ in self.layers]  # attention reads written positions only
-        vc = [torch.empty(shape, dtype=self.dtype) for _ in self.layers]
+        kc = [torch.empty(shape, dtype=self.dtype, device=self.device) for _ in self.layers]  # read where written
+        vc = [torch.empty(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
         starts, sources = [], []
         for u, p in enumerate(uniq):
             entry, m = cache.lookup(p)
@@ -528,7 +534,7 @@ class LlamaDecoder:
             self._prefill([k[lo:hi] for k in kc], [v[lo:hi] for v in vc], uniq[lo:hi], starts[lo:hi])
             for lo, hi in _chunks([len(p) - s for p, s in zip(uniq, starts, strict=True)])
         ]
-        logits = torch.cat(parts)[torch.tensor(distinct)]
+        logits = torch.cat(parts)[torch.tensor(distinct, device=self.device)]
         stats.reused_tokens += sum(starts)
         stats.prefilled_tokens += sum(len(p) for p in uniq) - sum(starts)
         stats.shared_tokens += sum(len(p) for p in prompts) - sum(len(p) for p in uniq)
@@ -542,7 +548,7 @@ class LlamaDecoder:
         logps: list[list[float]] = [[] for _ in range(n)]
         finished = [False] * n
         alive = list(range(n))
-        lens = torch.tensor([len(p) for p in prompts], dtype=torch.long)
+        lens = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=self.device)
         for t in range(sampling.max_new_tokens):
             nxt, lp = _pick(logits, sampling, generator)
             stopped = torch.isin(nxt, self.stop).tolist()
@@ -558,7 +564,7 @@ class LlamaDecoder:
                 break
             if len(done) * 4 >= len(alive):
                 self._store(cache, kv, [(r, alive[r]) for r in done], prompts, tokens)
-                keep = torch.tensor([r for r, i in enumerate(alive) if not finished[i]])
+                keep = torch.tensor([r for r, i in enumerate(alive) if not finished[i]], device=self.device)
                 kv.compact(keep)
                 alive = [alive[r] for r in keep.tolist()]
                 nxt, lens = nxt[keep], lens[keep]

@@ -4,7 +4,9 @@ There is no GPU here, so a wrong device cannot fail for real. The trap stands in
 that records every tensor factory call (``torch.zeros``, ``torch.as_tensor``, ``torch.arange``, ...) made from the
 trainers' own source files without an explicit ``device=``. Such a call makes a CPU tensor whatever the model's
 device, which on CUDA fails (or silently copies) as soon as it meets a GPU tensor. Runs under the trap: SFT, and RL
-with a critic and a reference copy (MT-PPO), GRPO with a LoRA adapter as the reference, and bf16 master weights.
+with a critic and a reference copy (MT-PPO), GRPO with a LoRA adapter as the reference, and bf16 master weights,
+each with the transformers engine's rollouts; and both of that engine's decode loops (fast and generic), sampled
+and greedy, with and without bf16.
 """
 
 from __future__ import annotations
@@ -26,9 +28,8 @@ REPO = Path(__file__).resolve().parents[2]
 ENV = "tests.trainers.toy_env:" + toy_env.ENV_ID
 TORCH_DIR = str(Path(torch.__file__).parent)
 FACTORIES = {*_device_constructors(), torch.from_numpy}  # what set_default_device redirects
-#: The trainers' modules the trap watches. Not yet: the transformers engine (trainers/engine_transformers.py, its
-#: generic loop, and trainers/llama_decode.py, its fast loop), whose decode loops build their tensors on the CPU.
-UNWATCHED = {"engine_transformers.py", "llama_decode.py"}
+#: The trainers' modules the trap does not watch (none: the transformers engine's decode loops are watched too).
+UNWATCHED: set[str] = set()
 
 
 class DeviceTrap(TorchFunctionMode):
@@ -69,7 +70,7 @@ def test_the_trap_catches_a_factory_call_without_a_device():
 
 
 def test_sft_update_creates_every_tensor_on_the_models_device(tiny_model, tokenizer):
-    from trainers.rl import make_env_pool
+    from trainers.ray_rollout import make_env_pool
     from trainers.rollout import RolloutConfig
     from trainers.sft import demonstrations, sft_train
 
@@ -104,6 +105,21 @@ def test_rl_step_creates_every_tensor_on_the_models_device(tmp_path, tiny_model_
         last = train(cfg)
     assert trap.misses == [], f"tensors made without device=: {trap.misses}"
     assert last["rollout/policy_tokens"] > 0 and "losses/kl" in last
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_transformers_engine_creates_every_tensor_on_the_models_device(tiny_model, fast):
+    from trainers.engine_api import SamplingConfig
+    from trainers.engine_transformers import TransformersEngine
+
+    prompts = [[5, 6, 7, 8] * 10, [5, 6, 7, 8] * 10, [9, 10, 11]]  # a shared prompt (its KV once) and another one
+    for bf16 in (False, True):
+        engine = TransformersEngine(tiny_model, [0], autocast_bf16=bf16, fast=fast)
+        with DeviceTrap(trainer_sources()) as trap:
+            for sampling in (SamplingConfig(max_new_tokens=6, seed=0), SamplingConfig(max_new_tokens=6, temperature=0)):
+                engine.generate(prompts, sampling)
+            engine.generate([prompts[0] + [3, 4] * 10], SamplingConfig(max_new_tokens=4, seed=1))  # a prefix-cache hit
+        assert trap.misses == [], f"tensors made without device= (fast={fast}, bf16={bf16}): {trap.misses}"
 
 
 def test_device_specs_resolve_or_fail_with_the_fix():
