@@ -15,6 +15,8 @@ optionally, the generation engines) live in Ray actors on any node of a cluster:
   ``workers`` generation actors, each running this repo's own engine (``make_engine``: vLLM or transformers) on a
   copy of the policy. ``update_weights(model)`` ships the state dict once through the object store, and every actor
   loads it and calls its engine's own ``update_weights`` (vLLM: the reload-from-folder push).
+* :func:`make_env_pool` builds the pool a run plays from its flags: a :class:`RayEnvPool` with ``--ray``, else a
+  plain :class:`~trainers.rollout.EnvPool` in this process (the trainers and SFT build theirs with it).
 
 Fault tolerance: each :class:`RemoteEnv` records what it was asked (``reset`` seed and options, every action) and a
 digest of each answer. When an env worker dies (``ray.exceptions.RayActorError``: the process was killed or its
@@ -62,7 +64,7 @@ import os
 import re
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -71,7 +73,7 @@ import numpy as np
 from agentgym_turn.core import state_digest
 from agentgym_turn.error import InvalidArgument, ServiceError, require
 from trainers.engine_api import Generation, SamplingConfig
-from trainers.rollout import Actor, EnvPool, Slot, decode
+from trainers.rollout import Actor, EnvPool, Slot, turn_text
 
 log = logging.getLogger(__name__)
 RAY_PIN = "ray==2.60.0"
@@ -492,12 +494,21 @@ class RayEnvPool(EnvPool):
         self.handles, self._remote, self.forks = [], {}, []
 
 
-def turn_text(tokenizer: Any, gen: Generation, stop_ids: set[int]) -> str:
-    """The text ``env.step`` gets for ``gen``: its ids decoded, without the stop token that ended it (as
-    ``trainers.rollout`` plays a turn)."""
-    ids = list(gen.token_ids)
-    ended = gen.finished and bool(ids) and ids[-1] in stop_ids
-    return decode(tokenizer, ids[:-1] if ended else ids)
+def make_env_pool(
+    env_ids: Sequence[str],
+    weights: Sequence[float] | None,
+    kwargs_by_id: Mapping[str, Mapping[str, Any]],
+    *,
+    ray: str | None = None,
+    ray_env_workers: int = 2,
+) -> EnvPool:
+    """The envs a run plays: ``env_ids`` drawn by ``weights``, each made with its ``--env-kwarg`` kwargs; with
+    ``ray`` (a cluster address) they live in ``ray_env_workers`` Ray actors (:class:`RayEnvPool`), else in this
+    process (:class:`~trainers.rollout.EnvPool`). Ray is imported only for a Ray pool."""
+    kwargs = {k: dict(v) for k, v in kwargs_by_id.items()}
+    if ray is not None:
+        return RayEnvPool(list(env_ids), weights, kwargs_by_id=kwargs, address=ray, workers=ray_env_workers)
+    return EnvPool(list(env_ids), weights, kwargs_by_id=kwargs)
 
 
 # ---------------------------------------------------------------------------------------------------- generation

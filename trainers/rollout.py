@@ -27,7 +27,7 @@ leaf with one sample, giving ``G ** branch_turns`` episodes per task whose ``nod
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +88,18 @@ def encode(tokenizer: Any, text: str) -> list[int]:
 def decode(tokenizer: Any, ids: Sequence[int]) -> str:
     """Exact text of ``ids`` (special tokens kept, no clean-up), the inverse of :func:`encode` on template text."""
     return tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def ends_with_stop(gen: Generation, stop_ids: Container[int]) -> bool:
+    """Whether ``gen`` ended on one of ``stop_ids`` (``False`` when ``max_new_tokens`` cut it)."""
+    ids = gen.token_ids
+    return gen.finished and bool(ids) and ids[-1] in stop_ids
+
+
+def turn_text(tokenizer: Any, gen: Generation, stop_ids: Container[int]) -> str:
+    """The text ``env.step`` gets for ``gen``: its ids decoded, without the stop token that ended it."""
+    ids = list(gen.token_ids)
+    return decode(tokenizer, ids[:-1] if ends_with_stop(gen, stop_ids) else ids)
 
 
 def turn_delta(
@@ -350,9 +362,8 @@ def _apply_turn(
     last_turn: bool,
 ) -> None:
     ids = list(gen.token_ids)
-    ended = gen.finished and bool(ids) and ids[-1] in stop_text
-    content_ids = ids[:-1] if ended else ids
-    text = decode(tokenizer, content_ids)
+    ended = ends_with_stop(gen, stop_text)
+    text = turn_text(tokenizer, gen, stop_text)
     slot.token_ids += ids
     slot.loss_mask += [1] * len(ids)
     slot.turn_index += [turn] * len(ids)

@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> dict:
     from trainers.device import place_model, resolve_device, set_threads
     from trainers.loggers import make_loggers
     from trainers.modeling import save_policy, seed_everything
-    from trainers.rl import make_env_pool
+    from trainers.ray_rollout import make_env_pool
     from trainers.rollout import RolloutConfig
 
     cfg = parse_sft_config(argv)

@@ -8,7 +8,8 @@ import pytest
 
 from tests.trainers import toy_env
 from trainers.config import env_kwargs_by_id, parse_config
-from trainers.rl import RLConfig, make_env_pool
+from trainers.ray_rollout import make_env_pool
+from trainers.rl import RLConfig
 
 pytest.importorskip("torch")
 
