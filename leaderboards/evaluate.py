@@ -10,8 +10,8 @@ SmolLM2-135M-Instruct), a Hugging Face id or a model folder (``--engine auto``, 
 OpenAI-compatible ``/v1`` URL with the served model after ``#`` (token-in-token-out ``/v1/completions``, e.g. vLLM's
 server; the tokenizer is loaded from ``--tokenizer``, default the served model name). Model episodes are played by
 the trainer's rollout code (``trainers.rollout.collect``), scripted ones by ``agentgym_turn.policies.run_episode``;
-both pose the same tasks for the same ``--seed`` (task seeds drawn from ``numpy.random.default_rng(seed)``; the
-trials of a task reuse its task with seeds ``task_seed + j``).
+both pose the same tasks for the same ``--seed`` (:func:`trainers.rollout.task_seeds`, the draw ``collect`` makes;
+the trials of a task reuse its task with seeds ``task_seed + j``).
 
 Each run appends one JSON line to ``<results-dir>/<Name-vN>.jsonl`` (env id and version, env kwargs, model,
 engine, seed, git sha, date, tasks, trials, sampling and budgets, every metric with its 95% bootstrap CI over
@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 
 import agentgym_turn
 from agentgym_turn.error import InvalidArgument
@@ -43,6 +42,7 @@ from leaderboards.families import EpisodeResult, Family, compute_metrics, family
 from leaderboards.tables import ResultRow, append_row, regenerate
 from trainers.config import arg, build_parser
 from trainers.device import check_device_spec
+from trainers.rollout import task_seeds
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_RESULTS = ROOT / "results"
@@ -142,12 +142,6 @@ class EvalConfig:
             "max_turns": 0 if scripted else (self.max_turns or fam.max_turns),
             "env_kwargs": {**fam.env_kwargs, **self.env_kwargs_overrides()},
         }
-
-
-def task_seeds(seed: int, n: int) -> list[int]:
-    """The task seeds of a run: the same draw as ``trainers.rollout.collect`` makes for one env id."""
-    rng = np.random.default_rng(seed)
-    return [int(rng.integers(1 << 31)) for _ in range(n)]
 
 
 @dataclass

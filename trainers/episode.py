@@ -15,11 +15,10 @@ Example: a two-turn WikiTwoTurn episode (P = prompt, A = policy, E = env tokens)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 
-RewardLevel = Literal["turn", "outcome"]
+from agentgym_turn.core import RewardLevel
 
 
 @dataclass

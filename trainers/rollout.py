@@ -446,6 +446,17 @@ class EnvPool:
         self._envs.clear()
 
 
+def draw_task_seeds(rng: np.random.Generator, n: int) -> list[int]:
+    """``n`` task seeds from ``rng``, one per task: the draw :func:`collect` makes after picking the tasks' env ids."""
+    return [int(rng.integers(1 << 31)) for _ in range(n)]
+
+
+def task_seeds(seed: int, n: int) -> list[int]:
+    """The task seeds ``collect(..., num_tasks=n, seed=seed)`` poses when the pool holds one env id (picking it
+    draws nothing), so scripted and model evaluations of one ``--seed`` play the same tasks."""
+    return draw_task_seeds(np.random.default_rng(seed), n)
+
+
 def collect(
     pool: EnvPool,
     actor: Actor,
@@ -473,8 +484,7 @@ def collect(
         counts[env_id] = counts.get(env_id, 0) + (1 if tree else group_size)
     envs = {env_id: pool.get(env_id, n) for env_id, n in counts.items()}
     slots: list[Slot] = []
-    for g, env_id, first in plan:
-        task_seed = int(rng.integers(1 << 31))
+    for (g, env_id, first), task_seed in zip(plan, draw_task_seeds(rng, num_tasks), strict=True):
         head, task = start_slot(envs[env_id][first], env_id, group_offset + g, tokenizer, task_seed)
         slots.append(head)
         for j in range(1, 1 if tree else group_size):

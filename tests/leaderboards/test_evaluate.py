@@ -64,8 +64,11 @@ def test_tau_pass_k_over_trials_of_the_same_task(tmp_path: Path) -> None:
 def test_task_draw_matches_the_trainer_rollouts() -> None:
     import numpy as np
 
+    from trainers.rollout import draw_task_seeds, task_seeds
+
     rng = np.random.default_rng(7)
-    assert E.task_seeds(7, 3) == [int(rng.integers(1 << 31)) for _ in range(3)]
+    assert task_seeds(7, 3) == [int(rng.integers(1 << 31)) for _ in range(3)]
+    assert draw_task_seeds(np.random.default_rng(7), 3) == task_seeds(7, 3)
 
 
 @pytest.mark.parametrize(

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 import agentgym_turn  # noqa: F401  (registers the TurnRL ids)
-from leaderboards.evaluate import task_seeds
 from leaderboards.families import FAMILIES
 from trainers.engine_api import Generation, SamplingConfig
 from trainers.engines import stop_token_ids
 from trainers.episode import Episode
 from trainers.evaluation import HeldOut, evaluate_policy, held_out_kwargs, parse_env_kwargs, summarize
+from trainers.rollout import task_seeds
 
 ENV = "TurnRL/Arithmetic-v0"
 
