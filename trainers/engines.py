@@ -99,7 +99,15 @@ class VLLMEngine:
     ``update_weights(model)`` writes the trainer's weights as a safetensors folder, has every worker reload it
     in place (``collective_rpc("reload_weights")``; the CPU backend repacks linear weights, so writing into the
     served parameters directly does not work) and clears the prefix cache, whose KV was computed by the old
-    weights. ``last_push_seconds`` holds the time of the last push; ``startup_seconds`` the engine's start-up.
+    weights. ``colocate=True`` runs the engine in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, the ``uni``
+    executor), so a push hands the trainer's tensors to the same reload without a folder (``collective_rpc`` with
+    :func:`_reload_in_place`: on a GPU, device to device), and turns on vLLM's sleep mode: :meth:`sleep` (level 1:
+    weights to CPU memory, KV cache freed) before the update, :meth:`wake_up` before the push, where the backend has
+    it (vLLM's CPU backend ignores sleep). ``gpu_memory_utilization`` is vLLM's fraction of the GPU's memory for its
+    weights, activations and KV cache (``--vllm-gpu-memory``; unused on the CPU). ``lora_rank`` > 0 serves the
+    folder as the base of LoRA adapters (``enable_lora``): a push of a peft model saves its adapter (a few MB) and
+    later batches sample with it (a ``LoRARequest`` per push).
+    ``last_push_seconds`` holds the time of the last push; ``startup_seconds`` the engine's start-up.
     ``kv_cache_gib`` sizes the KV cache (default: ``$VLLM_CPU_KVCACHE_SPACE``, else 2 GiB). The weights folder
     (``sync_dir``; a temporary one unless given, ~300 MB for SmolLM2) is removed by ``close()``, when the engine is
     collected, or at interpreter exit; a given ``sync_dir`` is left in place.
@@ -116,12 +124,20 @@ class VLLMEngine:
         kv_cache_gib: int | None = None,
         compile_model: bool = False,
         sync_dir: str | None = None,
+        colocate: bool = False,
+        gpu_memory_utilization: float | None = None,
+        lora_rank: int = 0,
     ) -> None:
         import os
         import tempfile
 
         if kv_cache_gib is not None and kv_cache_gib < 1:
             raise InvalidArgument(f"kv_cache_gib={kv_cache_gib} must be a whole number of GiB >= 1.")
+        if gpu_memory_utilization is not None and not 0 < gpu_memory_utilization < 1:
+            raise InvalidArgument(
+                f"gpu_memory_utilization={gpu_memory_utilization} must be a fraction in (0, 1) of the GPU's memory, "
+                "e.g. 0.3 (trainers.device's memory plan)."
+            )
         # vllm-cpu sizes its KV cache from this variable (whole GiB; the engine process inherits it). 2 GiB hold
         # ~93k tokens of SmolLM2-135M in bf16; unset, vLLM reserves 92% of the NUMA node's memory.
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib or os.environ.get("VLLM_CPU_KVCACHE_SPACE") or 2)
@@ -135,13 +151,44 @@ class VLLMEngine:
             self._remove_sync_dir.detach()
         self._closed = False
         self.last_push_seconds: float | None = None
+        import torch
+
+        self.colocate, self.lora_rank = colocate, lora_rank
+        self.sleep_mode = colocate and torch.cuda.is_available()  # vLLM's CPU backend has no sleep mode
+        self._adapter: Any = None  # the LoRARequest of the last pushed adapter (None: the base weights)
+        extra: dict[str, Any] = {}
+        if colocate:  # this process: tensors handed over, not serialised
+            extra.update(distributed_executor_backend="uni", enable_sleep_mode=self.sleep_mode)
+        if gpu_memory_utilization is not None:
+            extra["gpu_memory_utilization"] = gpu_memory_utilization
+        if lora_rank:
+            extra.update(enable_lora=True, max_loras=1, max_lora_rank=_vllm_lora_rank(lora_rank))
         # Without a tokenizer vLLM's chat-template warm-up fails with a logged traceback; chats never reach it. A
         # filter, not a level: vLLM's logging set-up inside LLM() resets the levels of its loggers, not their filters.
         renderer_log = logging.getLogger("vllm.renderers.base")
         if _skip_chat_warmup_failure not in renderer_log.filters:
             renderer_log.addFilter(_skip_chat_warmup_failure)
         t0 = time.perf_counter()
-        self.llm = vllm.LLM(
+        multiprocessing = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+        if colocate:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # read while the engine starts: restored below
+        rng = _rng_states()  # an in-process vLLM reseeds the global generators with its seed: the trainer's kept
+        try:
+            self.llm = self._start(vllm, model_dir, dtype, max_model_len, max_num_seqs, compile_model, extra)
+        finally:
+            _rng_states(rng)
+            if colocate and multiprocessing is None:
+                os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+            elif colocate:
+                os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = multiprocessing
+        self.startup_seconds = time.perf_counter() - t0
+        print(f"[engine] vLLM up in {self.startup_seconds:.1f} s ({model_dir}, eager={not compile_model})", flush=True)
+
+    @staticmethod
+    def _start(vllm: Any, model_dir: str, dtype: str, max_model_len: int, max_num_seqs: int, compile_model: bool,
+               extra: dict[str, Any]) -> Any:  # fmt: skip
+        """``vllm.LLM`` with this engine's settings (``extra``: colocation, GPU memory, LoRA)."""
+        return vllm.LLM(
             model=model_dir,
             dtype=dtype,
             max_model_len=max_model_len,
@@ -156,9 +203,8 @@ class VLLMEngine:
             logprobs_mode="processed_logprobs",
             seed=0,
             skip_tokenizer_init=True,  # token ids in and out: vLLM never needs the tokenizer
+            **extra,
         )
-        self.startup_seconds = time.perf_counter() - t0
-        print(f"[engine] vLLM up in {self.startup_seconds:.1f} s ({model_dir}, eager={not compile_model})", flush=True)
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingConfig) -> list[Generation]:
         vllm = self._vllm
@@ -180,7 +226,7 @@ class VLLMEngine:
             for i in range(len(prompts))
         ]
         requests = [{"prompt_token_ids": list(p)} for p in prompts]
-        outs = self.llm.generate(requests, params, use_tqdm=False)
+        outs = self.llm.generate(requests, params, use_tqdm=False, lora_request=self._adapter)
         gens = []
         for out in outs:
             c = out.outputs[0]
@@ -197,13 +243,79 @@ class VLLMEngine:
         self._remove_sync_dir()
 
     def update_weights(self, model: Any) -> None:
-        if hasattr(model, "peft_config"):
-            raise InvalidArgument("the vLLM engine cannot take LoRA adapters; merge them or use --engine transformers.")
         t0 = time.perf_counter()
-        save_hf_weights(model, self.sync_dir)
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": self.sync_dir})
+        if hasattr(model, "peft_config"):
+            self._push_adapter(model)
+        elif self.colocate:  # in memory: the trainer's tensors go straight to the workers' reload
+            weights = [(name, tensor.detach()) for name, tensor in model.state_dict().items()]
+            self.llm.collective_rpc(_reload_in_place, args=(weights,))
+        else:
+            save_hf_weights(model, self.sync_dir)
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": self.sync_dir})
         self.llm.reset_prefix_cache()
         self.last_push_seconds = time.perf_counter() - t0
+
+    def _push_adapter(self, model: Any) -> None:
+        """Save the LoRA adapter of a peft ``model`` to a fresh folder; later batches sample with it."""
+        import os
+
+        from vllm.lora.request import LoRARequest
+
+        if not self.lora_rank:
+            raise InvalidArgument(
+                "this vLLM engine was started without LoRA (lora_rank=0) and cannot take an adapter; start it with "
+                "lora_rank=RANK (trainers.rl does for --lora-rank), merge the adapter, or use --engine transformers."
+            )
+        previous = self._adapter
+        n = 1 if previous is None else previous.lora_int_id + 1
+        folder = os.path.join(self.sync_dir, f"adapter-{n:06d}")
+        model.save_pretrained(folder)
+        self._adapter = LoRARequest(f"policy-{n}", n, folder)
+        if previous is not None:  # vLLM read it when a batch first used it
+            shutil.rmtree(previous.lora_path, ignore_errors=True)
+
+    def sleep(self) -> None:
+        """Free the GPU for the update (``colocate``: vLLM's sleep level 1, weights to CPU memory and the KV cache
+        dropped); a no-op otherwise and on vLLM's CPU backend, which has no sleep mode."""
+        if self.sleep_mode:
+            self.llm.sleep(level=1)
+
+    def wake_up(self) -> None:
+        """Undo :meth:`sleep` (call it before the next push and batch)."""
+        if self.sleep_mode:
+            self.llm.wake_up()
+
+
+def _rng_states(states: tuple[Any, ...] | None = None) -> tuple[Any, ...]:
+    """The states of Python's, NumPy's and torch's global generators; given ``states``, restore them."""
+    import random
+
+    import numpy as np
+    import torch
+
+    if states is not None:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
+        if states[3] is not None:
+            torch.cuda.set_rng_state_all(states[3])
+        return states
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    return random.getstate(), np.random.get_state(), torch.get_rng_state(), cuda
+
+
+def _vllm_lora_rank(rank: int) -> int:
+    """The smallest ``max_lora_rank`` vLLM accepts that holds ``rank``."""
+    for allowed in (1, 8, 16, 32, 64, 128, 256, 320, 512):
+        if rank <= allowed:
+            return allowed
+    raise InvalidArgument(f"lora_rank={rank} exceeds vLLM's largest LoRA rank 512; use --lora-rank 512 or less.")
+
+
+def _reload_in_place(worker: Any, weights: list[tuple[str, Any]]) -> None:
+    """Run in each vLLM worker (``collective_rpc``): reload its model from the trainer's named tensors, the same
+    in-place reload as from a folder (layouts a backend repacks are repacked)."""
+    worker.model_runner.reload_weights(weights_iterator=iter(weights))
 
 
 # ---------------------------------------------------------------------------------------------------- HTTP
@@ -320,9 +432,13 @@ def make_engine(
     max_model_len: int = 4096,
     kv_cache_gib: int | None = None,
     compile_model: bool = False,
+    colocate: bool = False,
+    gpu_memory_utilization: float | None = None,
+    lora_rank: int = 0,
 ) -> Engine:
     """Build engine ``name`` (one of :data:`ENGINES`, or ``"auto"``: :func:`default_engine`) for a policy
-    ``model`` and its tokenizer."""
+    ``model`` and its tokenizer. ``colocate``, ``gpu_memory_utilization`` and ``lora_rank`` are the vLLM engine's
+    (:class:`VLLMEngine`)."""
     stops = stop_token_ids(tokenizer)
     name = resolve_engine(name)
     if name == "transformers":
@@ -340,6 +456,9 @@ def make_engine(
             max_model_len=max_model_len,
             kv_cache_gib=kv_cache_gib,
             compile_model=compile_model,
+            colocate=colocate,
+            gpu_memory_utilization=gpu_memory_utilization,
+            lora_rank=lora_rank,
         )
     if name == "openai":
         if not url or "#" not in url:

@@ -121,6 +121,12 @@ class RLConfig:
     engine_url: str | None = arg(None, "for --engine openai: URL#MODEL of an OpenAI-compatible server")
     engine_compile: bool = arg(False, "vLLM: compile the model (minutes of start-up on CPU) instead of eager mode")
     engine_kv_cache_gib: int | None = arg(None, "vLLM: KV-cache size in GiB (default $VLLM_CPU_KVCACHE_SPACE, else 2)")
+    vllm_gpu_memory: float = arg(
+        0.3,
+        "vLLM on CUDA (--device cuda --engine vllm, colocated with the update on the same GPU): the fraction of the "
+        "GPU's memory vLLM takes for its weights and KV cache (its gpu_memory_utilization); vLLM sleeps during the "
+        "update. trainers/device.py has the memory plan per model size",
+    )
     ray: str | None = arg(
         None,
         "roll out on a Ray cluster (trainers.ray_rollout): auto | HOST:PORT | ray://HOST:PORT | local; the envs run "
@@ -291,16 +297,16 @@ class RLConfig:
             parse_policy_mix(self.sft_policy)
         if self.kl_coef < 0 or self.entropy_coef < 0:
             raise InvalidArgument(f"--kl-coef={self.kl_coef} and --entropy-coef={self.entropy_coef} must be >= 0.")
-        if self.engine == "auto":  # vLLM takes no LoRA adapters
-            self.engine = "transformers" if self.lora_rank else default_engine()
+        if self.engine == "auto":
+            self.engine = default_engine()
         if self.engine == "openai":
             raise InvalidArgument(
                 "--engine openai cannot receive the trainer's weights after an update; train with "
                 "--engine transformers or vllm (use the HTTP engine for evaluation)."
             )
-        if self.engine == "vllm" and self.lora_rank:
+        if not 0 < self.vllm_gpu_memory < 1:
             raise InvalidArgument(
-                "--engine vllm with --lora-rank is not supported; use --lora-rank 0 or --engine transformers."
+                f"--vllm-gpu-memory={self.vllm_gpu_memory} must be a fraction in (0, 1) of the GPU's memory, e.g. 0.3."
             )
         if self.engine_kv_cache_gib is not None and self.engine_kv_cache_gib < 1:
             raise InvalidArgument(f"--engine-kv-cache-gib={self.engine_kv_cache_gib} must be a whole number >= 1.")
@@ -500,7 +506,7 @@ def train(cfg: RLConfig) -> dict[str, float]:
     import torch
     from tqdm import tqdm
 
-    from agentgym_turn.models import load_causal_lm
+    from agentgym_turn.models import load_causal_lm, resolve_model_path
     from trainers import checkpoint as ckpt
     from trainers import modeling as M
     from trainers.device import peak_device_memory_gib, place_model, resolve_device, set_threads
@@ -582,6 +588,8 @@ def train(cfg: RLConfig) -> dict[str, float]:
     start = state.get("step", 0)
 
     stops = stop_token_ids(tok)
+    # vLLM on the GPU that trains: in this process (weights pushed in memory), asleep during the update
+    colocated = cfg.engine == "vllm" and device.type == "cuda" and not cfg.ray_gen_workers
     engine_kwargs = dict(autocast_bf16=cfg.bf16, max_model_len=cfg.max_context, kv_cache_gib=cfg.engine_kv_cache_gib,
                          compile_model=cfg.engine_compile)  # fmt: skip
     if cfg.ray_gen_workers:  # generation actors on the cluster, each with a copy of the policy
@@ -591,10 +599,16 @@ def train(cfg: RLConfig) -> dict[str, float]:
                            **engine_kwargs)  # fmt: skip
     else:
         engine_dir = None
-        if cfg.engine == "vllm":
+        if cfg.engine == "vllm" and cfg.lora_rank:  # vLLM serves the base; each push is the adapter
+            engine_dir = resolve_model_path(init_spec)
+        elif cfg.engine == "vllm":
             engine_dir = str(run / "engine-weights")
             M.save_policy(policy, tok, engine_dir)
-        engine = make_engine(cfg.engine, model=policy, tokenizer=tok, model_dir=engine_dir, **engine_kwargs)
+        engine = make_engine(cfg.engine, model=policy, tokenizer=tok, model_dir=engine_dir, colocate=colocated,
+                             gpu_memory_utilization=cfg.vllm_gpu_memory if colocated else None,
+                             lora_rank=cfg.lora_rank if cfg.engine == "vllm" else 0, **engine_kwargs)  # fmt: skip
+        if cfg.engine == "vllm" and cfg.lora_rank:
+            engine.update_weights(policy)  # the adapter (trained, after a resume)
     rcfg = RolloutConfig(cfg.max_new_tokens, cfg.max_context, cfg.max_turns, cfg.temperature, cfg.top_p,
                          cfg.check_prefix)  # fmt: skip
     strategy, credit_cfg = get_strategy(cfg.strategy), cfg.credit_config()
@@ -659,6 +673,9 @@ def train(cfg: RLConfig) -> dict[str, float]:
         minibatches = [pack_minibatch(episodes, mb.tolist(), cfg, device)
                        for mb in np.array_split(order, cfg.minibatches)]  # fmt: skip
 
+        if colocated:
+            engine.sleep()  # vLLM's weights to CPU memory, its KV cache freed: the update's activations use the room
+
         # ---- (2) old log-probs, reference log-probs and critic values, no gradients ---------------------------
         # Old log-probs are the policy's own before the update (as verl), not the sampler's: env tokens in the
         # loss (--no-loss-mask) have none from the sampler, and a bf16 sampler's differ from the trainer's. The
@@ -720,6 +737,8 @@ def train(cfg: RLConfig) -> dict[str, float]:
                     if critic_master is not None:
                         critic_master.push()
         logs.update(sampler_mismatch(episodes, old_lp))
+        if colocated:
+            engine.wake_up()
         engine.update_weights(policy)
         push_s = getattr(engine, "last_push_seconds", None)
         update_s = time.perf_counter() - t_update

