@@ -6,7 +6,9 @@ device and every tensor of the update is created there (packs, masks, log-probs,
 passes ``device=`` to every factory call, which ``tests/trainers/test_device.py`` checks with a trap). On CUDA the
 update and the transformers engine compute in bf16 (``--dtype bfloat16``: bf16 weights with fp32 master weights
 and Adam states; ``--dtype float32``: bf16 autocast on CUDA), attention is PyTorch's SDPA, and ``--threads`` (a
-CPU knob) is ignored.
+CPU knob) is ignored. Untested on a GPU: this project has had none, so every CUDA branch (this module's, vLLM's
+colocation and sleep mode in ``trainers.engines``) has only run as far as the CPU can check it (README, "What ran
+where").
 
 **Memory plan** of one GPU (estimates from the formulas below, not measurements: this project has had no GPU).
 Per parameter of a fully fine-tuned model under ``--dtype bfloat16``: 2 B bf16 weights + 4 B fp32 master + 8 B
