@@ -4,4 +4,7 @@
 * :mod:`leaderboards.families`: the metric registry, one :class:`~leaderboards.families.Family` per env family.
 * :mod:`leaderboards.reported`: the seed papers' reported numbers (reference rows).
 * :mod:`leaderboards.tables`: result rows -> ``README.md`` tables and ``plots/*.png``.
+* :mod:`leaderboards.experiments`: experiment specs as data, the grid runner that trains them (through the
+  ``trainers`` CLIs) and their aggregation into ``experiments/<name>/`` curves and tables
+  (``python -m leaderboards.experiments run|status|aggregate SPEC``).
 """

@@ -10,7 +10,7 @@ taken). From each run the page takes:
 - ``traces/step_NNNNNN.jsonl.gz`` (``trainers.rl --trace-every``, :mod:`trainers.loggers`): training episodes with
   the advantage the run's strategy gave each policy token;
 - ``traces/eval_step_NNNNNN.jsonl.gz``: the held-out episodes of each in-training evaluation (no advantages);
-- ``final-eval/transcripts/*.jsonl`` (``trainers.experiments``' final evaluation): each held-out episode's text and
+- ``final-eval/transcripts/*.jsonl`` (``leaderboards.experiments``' final evaluation): each held-out episode's text and
   per-turn rewards. These hold neither token ids nor the group an advantage is computed in (one greedy episode per
   task), so no per-token advantage can be recovered for them: the page says so and shows their text uncoloured.
   Their task is recovered from the evaluation's seed (``final-eval/<env>.jsonl``) by replaying the task draw of

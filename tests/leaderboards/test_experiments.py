@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 
 from agentgym_turn.error import InvalidArgument
-from leaderboards.tables import ResultRow, append_row
-from trainers.experiments import (
+from leaderboards.experiments import (
     DONE,
     _config_of,
     _start_record,
@@ -31,6 +30,7 @@ from trainers.experiments import (
     seed_band,
     train_command,
 )
+from leaderboards.tables import ResultRow, append_row
 from trainers.metrics import peak_memory_gib
 
 REPO = Path(__file__).resolve().parents[2]
@@ -256,7 +256,7 @@ strategy = "grpo_or"
 """,
     )
     runs = tmp_path / "runs"
-    cmd = [sys.executable, "-m", "trainers.experiments", "run", str(spec), "--runs-dir", str(runs)]
+    cmd = [sys.executable, "-m", "leaderboards.experiments", "run", str(spec), "--runs-dir", str(runs)]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     first = runs / "tiny" / "or" / "seed0"
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

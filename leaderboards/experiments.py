@@ -1,9 +1,14 @@
 """Experiments as files: one TOML spec per comparison, a runner that plays its grid and survives interruptions, and
 the aggregation of every run into curves with a band over seeds and a final table with bootstrap CIs.
 
-    python -m trainers.experiments run experiments/wiki_mtgrpo.toml        # play (or resume) the whole grid
-    python -m trainers.experiments status experiments/wiki_mtgrpo.toml     # done / partial / pending per run
-    python -m trainers.experiments aggregate experiments/wiki_mtgrpo.toml  # -> leaderboards/experiments/wiki_mtgrpo
+    python -m leaderboards.experiments run experiments/wiki_mtgrpo.toml        # play (or resume) the whole grid
+    python -m leaderboards.experiments status experiments/wiki_mtgrpo.toml     # done / partial / pending per run
+    python -m leaderboards.experiments aggregate experiments/wiki_mtgrpo.toml  # -> leaderboards/experiments/wiki_mtgrpo
+
+It sits in the layer that reports: it drives the trainers as subprocesses (``python -m trainers.<trainer>``),
+validates specs against :class:`trainers.rl.RLConfig`, evaluates with :mod:`leaderboards.evaluate` and reads its
+rows (:mod:`leaderboards.tables`) and the papers' numbers (:mod:`leaderboards.reported`); nothing in ``trainers``
+imports it.
 
 **Committed grids.** Runs go to ``experiments/runs/<name>/<arm>/seed<k>`` by default, and their results (metrics,
 run records, final evaluations) are committed while weights, checkpoints and logs are not (``.gitignore``): work
@@ -69,6 +74,10 @@ import numpy as np
 
 from agentgym_turn.error import InvalidArgument
 from agentgym_turn.metrics import bootstrap_ci
+from leaderboards.evaluate import git_sha
+from leaderboards.families import family_for
+from leaderboards.reported import reported_rows
+from leaderboards.tables import read_rows
 
 TRAINERS = ("grpo", "mtppo", "rl")
 RUN_FIELDS_SET_BY_RUNNER = ("env", "strategy", "seed", "out_dir", "resume", "init")
@@ -341,13 +350,6 @@ def eval_commands(spec: Spec, policy: Path, out: Path, budget: Mapping[str, Any]
 
 
 # ---------------------------------------------------------------------------------------------------- state
-def git_sha() -> str:
-    """The commit the code is at (``leaderboards.evaluate.git_sha``)."""
-    from leaderboards.evaluate import git_sha as sha
-
-    return sha()
-
-
 def trained_steps(run_dir: Path) -> int:
     """Steps of the run's latest checkpoint (0 without one)."""
     from trainers.checkpoint import latest_checkpoint
@@ -459,8 +461,6 @@ def warm_weights(folder: Path) -> Path | None:
 
 def compare_evaluations(committed: Path, rebuilt: Path) -> dict[str, Any]:
     """Per env and metric, the committed and the rebuilt estimate (a deterministic rebuild gives equal values)."""
-    from leaderboards.tables import read_rows
-
     old = {r.env_id: r.metrics for r in read_rows(committed)} if committed.is_dir() else {}
     out: dict[str, Any] = {}
     for row in read_rows(rebuilt):
@@ -509,7 +509,7 @@ def run_grid(spec: Spec, root: Path) -> None:
             continue
         play_run(spec, run, warm)
     print(f"[experiments] {spec.name}: all {len(spec.runs(root))} runs done; "
-          f"aggregate with: python -m trainers.experiments aggregate {spec.path}", flush=True)  # fmt: skip
+          f"aggregate with: python -m leaderboards.experiments aggregate {spec.path}", flush=True)  # fmt: skip
 
 
 def status(spec: Spec, root: Path) -> list[tuple[str, str, int]]:
@@ -592,8 +592,6 @@ def plot_curves(runs: Mapping[tuple[str, int], list[dict]], keys: Sequence[str],
 
 
 def _final_rows(run_dir: Path) -> list[Any]:
-    from leaderboards.tables import read_rows
-
     return read_rows(run_dir / "final-eval") if (run_dir / "final-eval").is_dir() else []
 
 
@@ -773,9 +771,6 @@ def reported_for_arms(spec: Spec, arms: Sequence[str]) -> list[tuple[str, Any]]:
     models), as ``(arm, row)``, for the table beside ours. A single-env spec only. Each row is given once, to the
     first such arm (a papers' arm comes before a stage-2 variant of the same strategy, e.g. MT-GRPO with discounted
     turn returns, which the paper did not run)."""
-    from leaderboards.families import family_for
-    from leaderboards.reported import reported_rows
-
     if len(spec.env) != 1:
         return []
     by_name = {arm.name: arm for arm in spec.arms}
@@ -798,7 +793,7 @@ def _reported_cell(value: float | None) -> str:
 # ---------------------------------------------------------------------------------------------------- CLI
 def main(argv: Sequence[str] | None = None) -> int:
     """``run | status | aggregate SPEC``."""
-    parser = argparse.ArgumentParser(prog="python -m trainers.experiments", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m leaderboards.experiments", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=("run", "status", "aggregate"))
     parser.add_argument("spec", help="experiment spec, e.g. experiments/wiki_mtgrpo.toml")
     parser.add_argument(
