@@ -99,20 +99,23 @@ def test_committed_specs_load_and_compare_the_papers_strategies():
         "sokoban_mtppo_bfs64": ["ppo_or", "ppo_mr", "mt_ppo"],
         "wiki_mtgrpo": ["grpo_or", "grpo_mr", "mt_grpo"],
         "wiki_mtppo": ["ppo_or", "ppo_mr", "mt_ppo"],
+        "wiki_recipe_sweep": ["mt_grpo", "mt_grpo", "mt_grpo"],  # issue 26: the recipe's learning rates
     }
     assert {s: [a.strategy for a in spec.arms if a.stage == 2] for s, spec in specs.items()} == {
         "sokoban_mtppo": [],  # its warm start never succeeds: stage 2 is played from the stronger one below
         "sokoban_mtppo_bfs64": ["turn_ppo", "gigpo"],  # issue 15: newer credit assignment, after the papers' arms
         "wiki_mtgrpo": ["gigpo", "mt_grpo_rtg", "mt_grpo"],  # the last: MT-GRPO with discounted turn returns
         "wiki_mtppo": ["turn_ppo"],
+        "wiki_recipe_sweep": [],
     }
     disc = _config_of(specs["wiki_mtgrpo"], next(r for r in specs["wiki_mtgrpo"].runs(Path("runs"))
                                                  if r.arm.name == "mt_grpo_disc"), None)  # fmt: skip
     assert disc.strategy == "mt_grpo" and disc.turn_gamma == 0.5
     assert [len(specs[s].seeds) for s in ("sokoban_mtppo", "sokoban_mtppo_bfs64", "wiki_mtgrpo", "wiki_mtppo")] == [
         2, 2, 3, 3]  # fmt: skip
-    for spec in specs.values():  # one budget for every arm: the papers' arms override nothing but their strategy
-        assert all(not arm.overrides for arm in spec.arms if arm.stage == 1) and spec.warm_start is not None
+    for name, spec in specs.items():  # one budget for every arm: the papers' arms override nothing but their strategy
+        sweep = name == "wiki_recipe_sweep"  # its arms are learning rates
+        assert (sweep or all(not arm.overrides for arm in spec.arms if arm.stage == 1)) and spec.warm_start is not None
         runs = spec.runs(Path("runs"))  # every seed of stage 1 is played before any stage-2 run
         assert [r.arm.stage for r in runs] == sorted(r.arm.stage for r in runs)
     sokoban = specs["sokoban_mtppo_bfs64"]

@@ -131,7 +131,7 @@ def test_cli_sigkill_then_resume(tmp_path, tiny_model_dir):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--env", "TurnRL/WikiTwoTurm-v0"], "Did you mean 'TurnRL/WikiTwoTurn-v1'"),
+        (["--env", "TurnRL/WikiTwoTurm-v1"], "Did you mean 'TurnRL/WikiTwoTurn-v1'"),
         (["--strategy", "mt_gpro"], "Did you mean 'mt_grpo'"),
         (["--strategy", "grpo_or", "--group-size", "1"], "--group-size=1"),
         (["--lr", "0"], "--lr=0.0 must be > 0"),
