@@ -87,7 +87,7 @@ def server_command(
         argv += ["--uvicorn-log-level", "warning", "--disable-uvicorn-access-log", "--disable-log-stats"]
     argv += list(extra)
     env = dict(os.environ)
-    env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
+    env["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib)  # the size asked for (the CLI's default reads the variable)
     env.setdefault("HF_HUB_OFFLINE", "1")
     if not verbose:
         env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
@@ -221,7 +221,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     cmd, env = server_command(args.model, port=port, host=args.host, served_name=args.served_model_name,
                               max_model_len=args.max_model_len, kv_cache_gib=args.kv_cache_gib,
                               verbose=args.verbose, extra=extra)  # fmt: skip
-    env["VLLM_CPU_KVCACHE_SPACE"] = str(args.kv_cache_gib)
     name = args.served_model_name or args.model
     print(f"[serve] http://{args.host}:{port}/v1#{name} (KV cache {args.kv_cache_gib} GiB); Ctrl-C stops it",
           flush=True)  # fmt: skip

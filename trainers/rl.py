@@ -378,12 +378,11 @@ class RLConfig:
 def zero_advantage_groups(episodes: Sequence[Episode], strategy: Any, credit_cfg: CreditConfig) -> set[int]:
     """The groups of ``episodes`` whose every token ``strategy`` gives advantage 0 (its episodes were scored alike,
     so they teach nothing): what DAPO's dynamic sampling drops. The strategy sees each group alone."""
-    by_group: dict[int, list[Episode]] = {}
-    for ep in episodes:
-        by_group.setdefault(ep.group, []).append(ep)
+    from trainers.credit import groups_of
+
     alike = set()
-    for g, eps in by_group.items():
-        if not any(np.any(a) for a in strategy(eps, None, credit_cfg).advantages):
+    for g, idx in groups_of(episodes).items():
+        if not any(np.any(a) for a in strategy([episodes[i] for i in idx], None, credit_cfg).advantages):
             alike.add(g)
     return alike
 
