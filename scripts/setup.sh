@@ -63,11 +63,20 @@ fi
 PIP=(python -m pip install -q --disable-pip-version-check --root-user-action=ignore)
 
 # --- torch: the build chosen above, pinned first so nothing later pulls the other one ---------------------------
+#     A wheel pip already finds (a wheel cache, a find-links folder) is tried first without PyTorch's index; the
+#     index is asked only when that fails. Once torch is installed, every later command repeats its pin, which the
+#     installed build satisfies, so they do without the index: nothing else comes from it, and where it cannot be
+#     reached pip would retry it for every other package (~8 s each, minutes in all).
 python -c "import torch, sys; cuda = torch.version.cuda is not None
 sys.exit(0 if torch.__version__.startswith('2.13.0') and cuda == ('$BUILD' == 'cuda') else 1)" 2>/dev/null || {
   log "pip install ${TORCH_PIN[*]} ($BUILD build)"
-  run "${PIP[@]}" "${TORCH_INDEX[@]}" "${TORCH_PIN[@]}"
+  if [ "$DRY_RUN" = 1 ]; then
+    run "${PIP[@]}" "${TORCH_INDEX[@]}" "${TORCH_PIN[@]}"
+  else
+    "${PIP[@]}" "${TORCH_PIN[@]}" 2>/dev/null || "${PIP[@]}" "${TORCH_INDEX[@]}" "${TORCH_PIN[@]}"
+  fi
 }
+TORCH_INDEX=()
 
 # --- the project and its offline extras -----------------------------------------------------------------------
 log "pip install -e .[search,dense,tau,speech,train,data,dev,ray,verl,skyrl,tensorboard,wandb]"

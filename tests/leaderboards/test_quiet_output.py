@@ -10,11 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from agentgym_turn.logs import QUIET_ENV
+
 REPO = Path(__file__).resolve().parents[2]
 
 
 def run_cli(tmp_path: Path, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if k not in ("VLLM_LOGGING_LEVEL", "TURNRL_JAVA_LOG_LEVEL")}
+    # A CLI's main() run in this pytest process by an earlier test (quiet_logs) leaves its quiet settings in
+    # os.environ; a user's shell has none of them.
+    env = {k: v for k, v in os.environ.items() if k not in QUIET_ENV}
     done = subprocess.run([sys.executable, "-m", "leaderboards.evaluate", "--env", "TurnRL/WikiTwoTurn-v1",
                            "--episodes", "2", "--no-tables", "--results-dir", str(tmp_path / "results"), *args],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=900)  # fmt: skip
