@@ -26,6 +26,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,7 +41,7 @@ from agentgym_turn.play import format_episode
 from agentgym_turn.policies import get_scripted_policy, run_episode
 from leaderboards.families import EpisodeResult, Family, compute_metrics, family_for
 from leaderboards.tables import ResultRow, append_row, regenerate
-from trainers.config import arg, build_parser
+from trainers.config import arg, build_parser, config_argv
 from trainers.device import check_device_spec
 from trainers.rollout import task_seeds
 
@@ -55,6 +56,11 @@ class EvalConfig:
 
     env: str = arg("TurnRL/WikiTwoTurn-v1", "a registered TurnRL env id")
     model: str | None = arg(None, "scripted:NAME | smollm2 | HF id or folder | http://host:port/v1#MODEL")
+    label: str | None = arg(
+        None,
+        "the model's name in the row and the tables (default: --model), e.g. smollm2+sft for a folder made by "
+        "trainers.sft; the row keeps the command that made the folder either way",
+    )
     episodes: int = arg(16, "tasks to evaluate (each played --trials times)")
     trials: int | None = arg(None, "episodes per task (pass^k needs k); default: the family's (τ-bench: 4)")
     seed: int = arg(0, "seed of the task draw and of sampling")
@@ -254,8 +260,36 @@ def git_sha() -> str:
     return out.stdout.strip()
 
 
-def evaluate(cfg: EvalConfig) -> ResultRow:
-    """Run the evaluation, append its row, regenerate the tables (``cfg.tables``) and return the row."""
+#: flags of an evaluation that change where its output goes or what it prints, never a metric: left out of a row's
+#: recorded command (the reproduction sets its own results folder)
+OUTPUT_FLAGS: dict[str, bool] = {"--results-dir": True, "--transcripts": True, "--show": True, "--tables": False,
+                                 "--no-tables": False, "--verbose": False, "--no-verbose": False}  # fmt: skip
+
+
+def eval_command(cfg: EvalConfig, argv: Sequence[str]) -> list[list[str]]:
+    """The commands that produce this evaluation's row: the chain of the model folder it evaluates (when a trainer
+    made it, :mod:`trainers.provenance`), then ``python -m leaderboards.evaluate`` with ``argv`` less
+    :data:`OUTPUT_FLAGS`."""
+    from trainers.provenance import chain_for
+
+    kept: list[str] = []
+    skip = 0
+    for token in argv:
+        if skip:
+            skip -= 1
+            continue
+        flag, eq, _ = token.partition("=")
+        if flag in OUTPUT_FLAGS:
+            skip = 0 if eq else int(OUTPUT_FLAGS[flag])
+            continue
+        kept.append(token)
+    inputs = [cfg.model] if cfg.kind == "local" and Path(cfg.model).exists() else []
+    return chain_for("python -m leaderboards.evaluate", kept, inputs, out_dir=None)
+
+
+def evaluate(cfg: EvalConfig, argv: Sequence[str] | None = None) -> ResultRow:
+    """Run the evaluation, append its row, regenerate the tables (``cfg.tables``) and return the row. ``argv``:
+    the command line, recorded in the row (:func:`eval_command`); without it the row is built from ``cfg``."""
     budgets = cfg.resolved()
     env_kwargs = budgets["env_kwargs"]
     start = time.perf_counter()
@@ -276,7 +310,7 @@ def evaluate(cfg: EvalConfig) -> ResultRow:
         env_version=int(cfg.env.rsplit("-v", 1)[1]),
         env_kwargs=env_kwargs,
         family=cfg.family.name,
-        model=cfg.model,
+        model=cfg.label or cfg.model,
         engine=engine,
         seed=cfg.seed,
         git_sha=git_sha(),
@@ -290,6 +324,7 @@ def evaluate(cfg: EvalConfig) -> ResultRow:
         seconds=round(seconds, 1),
         truncated_episodes=sum(e.truncated for e in episodes),
         policy_tokens=tokens,
+        commands=eval_command(cfg, config_argv(cfg) if argv is None else argv),
     )
     results_dir = Path(cfg.results_dir)
     append_row(results_dir, row)
@@ -301,9 +336,10 @@ def evaluate(cfg: EvalConfig) -> ResultRow:
 def main(argv: list[str] | None = None) -> ResultRow:
     """Parse the flags, evaluate, and print the metrics."""
     parser = build_parser(EvalConfig, prog="python -m leaderboards.evaluate", description=__doc__.splitlines()[0])
-    cfg = EvalConfig(**vars(parser.parse_args(argv)))
+    typed = sys.argv[1:] if argv is None else list(argv)
+    cfg = EvalConfig(**vars(parser.parse_args(typed)))
     quiet_logs(cfg.verbose)
-    row = evaluate(cfg)
+    row = evaluate(cfg, typed)
     print(f"=== {row.env_id} · {row.model} ({row.engine}) · {row.episodes} tasks x {row.trials} trials · "
           f"{row.seconds:.1f} s · {row.truncated_episodes} cut ===")  # fmt: skip
     for key, m in row.metrics.items():

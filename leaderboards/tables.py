@@ -39,7 +39,10 @@ class ResultRow:
     """One evaluation run (one JSONL line).
 
     ``metrics`` maps a family column key to ``{"estimate", "low", "high", "confidence", "n_tasks", "sd"}``
-    (fractions; the tables apply the column's display scale).
+    (fractions; the tables apply the column's display scale). ``commands``: the command lines that produce the row
+    from the bundled model and data, the training that made an evaluated folder first and the evaluation last, with
+    ``{work}/k`` for the folders between them (:mod:`trainers.provenance`); ``python -m leaderboards.reproduce``
+    replays them. Rows written before commands were recorded have none.
     """
 
     env_id: str
@@ -61,6 +64,7 @@ class ResultRow:
     truncated_episodes: int = 0
     policy_tokens: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    commands: list[list[str]] = field(default_factory=list)
 
     def config_key(self) -> str:
         """What makes two runs the same run (the later one replaces the earlier in the tables)."""

@@ -18,6 +18,8 @@ MODULES = [
     "envs.wiki_two_turn.env",
     "trainers.credit",
     "trainers.engine_api",
+    "trainers.provenance",
+    "trainers.config",
 ]
 
 

@@ -105,6 +105,39 @@ def parse_config(
         raise  # unreachable: parser.error exits
 
 
+def config_argv(cfg: Any) -> list[str]:
+    """The command-line flags that give ``cfg`` (a config dataclass) from its defaults, the inverse of
+    :func:`build_parser`: one flag per field whose value differs from the field's default, in field order.
+
+    >>> from dataclasses import dataclass
+    >>> @dataclass
+    ... class C:
+    ...     steps: int = arg(8, "steps")
+    ...     env: list[str] = arg(["A"], "envs")  # noqa: RUF009
+    ...     bf16: bool = arg(True, "bf16")
+    >>> config_argv(C(steps=2, env=["A", "B"], bf16=False))
+    ['--steps', '2', '--env', 'A', 'B', '--no-bf16']
+    """
+    argv: list[str] = []
+    for f in dataclasses.fields(cfg):
+        if not f.init:
+            continue
+        value = getattr(cfg, f.name)
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        if value == default:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(value, bool):
+            argv.append(flag if value else "--no-" + flag[2:])
+        elif value is None:
+            argv += [flag, "none"]
+        elif isinstance(value, list):
+            argv += [flag, *map(str, value)] if value else []
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
 def env_kwargs_by_id(env_ids: Sequence[str], items: Sequence[str]) -> dict[str, dict[str, Any]]:
     """``--env-kwarg`` items -> ``gym.make`` kwargs per env id, in the order given (later items win).
 

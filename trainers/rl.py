@@ -63,6 +63,7 @@ from trainers.credit import loss_mask as loss_tokens
 from trainers.device import DEVICE_HELP, check_device_spec
 from trainers.engines import ENGINES, default_engine
 from trainers.episode import Episode
+from trainers.provenance import record_command
 from trainers.sft import SFTConfig
 
 RATIO_LEVELS: tuple[str, ...] = ("token", "turn", "sequence")
@@ -500,8 +501,9 @@ def sampler_mismatch(episodes: Sequence[Episode], policy_lp: Mapping[int, np.nda
     return {"rollout/logprob_diff_mean": [float(flat.mean())], "rollout/logprob_diff_max": [float(flat.max())]}
 
 
-def train(cfg: RLConfig) -> dict[str, float]:
-    """Run (or resume) an RL run; returns the last step's metrics."""
+def train(cfg: RLConfig, command: tuple[str, Sequence[str]] | None = None) -> dict[str, float]:
+    """Run (or resume) an RL run; returns the last step's metrics. ``command``: the CLI's ``(prog, argv)``,
+    recorded in the run folder with the chain of the folder it starts from (:mod:`trainers.provenance`)."""
     import torch
     from tqdm import tqdm
 
@@ -528,6 +530,8 @@ def train(cfg: RLConfig) -> dict[str, float]:
         raise InvalidArgument(f"--out-dir {run} already holds a run; pass --resume to continue it or a new --out-dir.")
     run.mkdir(parents=True, exist_ok=True)
     (run / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
+    if command is not None:
+        record_command(run, *command, inputs=[cfg.init or cfg.model])
     metrics_path = run / "metrics.jsonl"
     state = ckpt.load_state(resume_from) if resume_from else {}
     if resume_from:
@@ -787,7 +791,7 @@ def main(argv: list[str] | None, *, prog: str, defaults: dict) -> dict[str, floa
     cfg = parse_config(RLConfig, argv, prog=prog, description=__doc__.split("\n\n")[0], defaults=defaults)
     quiet_logs(cfg.verbose)
     t0 = time.perf_counter()
-    last = train(cfg)
+    last = train(cfg, command=(prog, sys.argv[1:] if argv is None else argv))
     every = [json.loads(line) for line in (Path(cfg.out_dir) / "metrics.jsonl").read_text().splitlines()]
     rows = [r for r in every if r["step"] > 0]  # step 0 holds only the starting policy's held-out evaluation
     keys = [k for k in ("rollout/return", "env/tool_called", "env/exact_match", "rollout/format_rate") if k in last]

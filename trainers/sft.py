@@ -340,6 +340,7 @@ def main(argv: list[str] | None = None) -> dict:
     from trainers.device import place_model, resolve_device, set_threads
     from trainers.loggers import make_loggers
     from trainers.modeling import save_policy, seed_everything
+    from trainers.provenance import record_command
     from trainers.ray_rollout import make_env_pool
     from trainers.rollout import RolloutConfig
 
@@ -352,6 +353,8 @@ def main(argv: list[str] | None = None) -> dict:
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
+    typed = sys.argv[1:] if argv is None else argv
+    record_command(out, "python -m trainers.sft", typed, inputs=[cfg.init or cfg.model])  # trainers.provenance
     (out / "metrics.jsonl").unlink(missing_ok=True)
     loggers = make_loggers(cfg.log, out, config=to_dict(cfg))  # metrics.jsonl and the --log loggers
     policy, tok = load_causal_lm(policy_folder(cfg.init) if cfg.init else cfg.model)

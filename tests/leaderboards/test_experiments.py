@@ -31,6 +31,7 @@ from leaderboards.experiments import (
     train_command,
 )
 from leaderboards.tables import ResultRow, append_row
+from tests.leaderboards.conftest import write_tiny_spec
 from trainers.metrics import peak_memory_gib
 
 REPO = Path(__file__).resolve().parents[2]
@@ -224,40 +225,7 @@ def test_aggregate_bands_tables_and_rows_from_written_metric_files(tmp_path):
 
 
 def test_runner_end_to_end_kill_resume_skip_and_aggregate(tmp_path, tiny_model_dir, capsys):
-    spec = _write(
-        tmp_path / "tiny.toml",
-        f"""
-name = "tiny"
-trainer = "grpo"
-env = "{ENV}"
-seeds = [0]
-[warm_start.args]
-model = "{tiny_model_dir}"
-policy = "scripted:oracle,scripted:wrong"
-episodes = 2
-batch_episodes = 2
-eval_tasks = 0
-max_context = 512
-bf16 = false
-threads = 1
-[budget]
-steps = 12
-tasks_per_step = 1
-group_size = 2
-max_new_tokens = 4
-max_context = 256
-max_turns = 1
-bf16 = false
-threads = 1
-engine = "transformers"
-[eval]
-tasks = 2
-seed = 3
-paired = "env/success"
-[arms.or]
-strategy = "grpo_or"
-""",
-    )
+    spec = write_tiny_spec(tmp_path / "tiny.toml", tiny_model_dir, steps=12)
     runs = tmp_path / "runs"
     cmd = [sys.executable, "-m", "leaderboards.experiments", "run", str(spec), "--runs-dir", str(runs)]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
