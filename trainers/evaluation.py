@@ -14,7 +14,7 @@ as ``eval_ci95/...``::
 (:func:`agentgym_turn.registration.held_out_kwargs`, which the leaderboard families read too: WikiTwoTurn
 ``split="validation"``, SearchR1 ``split="test"``; Sokoban rooms are procedural, held out by seed), updated by
 ``env_kwargs``. Task seeds are drawn from ``numpy.random.default_rng(seed)`` exactly as
-``leaderboards.evaluate`` draws them (:func:`leaderboards.evaluate.task_seeds`), so an in-training evaluation with
+``leaderboards.evaluate`` draws them (:func:`trainers.rollout.task_seeds`), so an in-training evaluation with
 seed S and N tasks poses the same tasks as ``python -m leaderboards.evaluate --seed S --episodes N`` and its numbers
 are comparable with the leaderboard's.
 
