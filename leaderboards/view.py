@@ -174,8 +174,8 @@ def recover_tasks(env_id: str, env_kwargs: dict[str, Any], seed: int, count: int
     import gymnasium as gym
 
     import agentgym_turn  # noqa: F401  (registers the ids)
-    from trainers.rollout import task_seeds
     from trainers.loggers import task_label
+    from trainers.rollout import task_seeds
 
     env = gym.make(env_id, **env_kwargs)
     out = []
