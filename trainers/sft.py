@@ -369,16 +369,18 @@ def main(argv: list[str] | None = None) -> dict:
                        pack_tokens=cfg.pack_tokens, bf16=cfg.bf16, seed=cfg.seed,
                        share_pack_tokens=cfg.share_pack_tokens if cfg.share_prefix else None,
                        log=lambda row: loggers.log(row["step"], row))  # fmt: skip
-    loggers.close()
     save_policy(policy, tok, str(out / "policy"))
     print(f"[sft] NLL {losses[0]:.3f} -> {losses[-1]:.3f} over {len(losses)} steps; saved {out / 'policy'}")
     result: dict = {"sft/first_loss": losses[0], "sft/last_loss": losses[-1]}
     if cfg.eval_tasks:
         result.update(evaluate(policy, tok, cfg))
         (out / "eval.json").write_text(json.dumps(result, indent=2, sort_keys=True))
+        # The held-out numbers go to every --log logger too, as eval/... at the last step (trainers.rl's naming).
+        loggers.log(len(losses), {f"eval/{k}": v for k, v in result.items() if not k.startswith("sft/")})
         shown = ("env/tool_called", "env/exact_match", "rollout/format_rate", "env/return")
         summary = {k: round(result[k], 3) for k in shown if k in result}
         print(f"[sft] greedy on {cfg.eval_tasks} held-out tasks:", summary)
+    loggers.close()
     print(f"[sft] done in {time.perf_counter() - t0:.0f} s")
     return result
 

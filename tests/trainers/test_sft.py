@@ -80,8 +80,10 @@ def test_sft_cli_lowers_the_nll_saves_a_reloadable_policy_and_evaluates(tmp_path
                    "--eval-max-new-tokens", "4", "--max-context", "512", "--no-bf16", "--threads", "1",
                    "--out-dir", str(out)])  # fmt: skip
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 6 and rows[-1]["losses/sft"] < 0.7 * rows[0]["losses/sft"]
+    losses, (held_out,) = rows[:-1], rows[-1:]
+    assert len(losses) == 6 and losses[-1]["losses/sft"] < 0.7 * losses[0]["losses/sft"]
     assert json.loads((out / "eval.json").read_text())["rollout/turns"] >= 1
+    assert held_out["step"] == 6 and held_out["eval/env/exact_match"] == result["env/exact_match"]  # to every logger
     assert "env/exact_match" in result and "reward/tool" in result
     cfg = RLConfig(env=[ENV], init=str(out), steps=1, tasks_per_step=1, group_size=2, max_new_tokens=4,
                    max_context=256, bf16=False, threads=1, kl_coef=0.0, out_dir=str(tmp_path / "rl"),
