@@ -781,6 +781,8 @@ def train(cfg: RLConfig, command: tuple[str, Sequence[str]] | None = None) -> di
     recorder.close()
     if eval_pools is not None:
         close_pools(eval_pools)
+    if hasattr(engine, "close"):  # vLLM's engine process, stopped now: left to exit, it logged into closed streams
+        engine.close()
     return row
 
 
