@@ -37,6 +37,7 @@ VLLM_NOTICES: tuple[str, ...] = (
     "Reset SSM cache type",
     "This model does not officially support disabling chunked prefill",
     "[shutdown] Process manager: force killing remaining process",
+    "[shutdown] force killing sub process",  # every engine.close() on CPU: its worker does not exit on request
 )
 
 
