@@ -26,6 +26,7 @@ HARD = [
     "My name is Yusuf Rossi and my zip code is 19122.",
     "I want to return order #W7678072 please.",
     "My email is noah_brown_7922@example.com.",
+    "My email is james.taylor7043@example.com.",
     "The reservation code is ABC123 and I live in 78705.",
     "Please use gift card gift_card_5727330 for order #W2378156.",
     "I am Mia Li, user id mia_li_3668.",

@@ -8,6 +8,8 @@ import glob
 import json
 import math
 import struct
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -55,15 +57,21 @@ def wandb_records(run_file: Path) -> list:
     return out
 
 
-def wandb_history(run_dir: Path) -> dict[int, dict[str, str]]:
-    """``{step: {key: value_json}}`` of the offline W&B run under ``run_dir/wandb``."""
-    (run_file,) = glob.glob(str(run_dir / "wandb" / "offline-run-*" / "run-*.wandb"))
-    rows: dict[int, dict[str, str]] = {}
-    for rec in wandb_records(Path(run_file)):
-        if rec.WhichOneof("record_type") == "history":
-            items = {i.key or "/".join(i.nested_key): i.value_json for i in rec.history.item}
-            rows.setdefault(int(items["_step"]), {}).update(items)
-    return rows
+def wandb_history(run_dir: Path, steps: Sequence[int] = (), wait_s: float = 60.0) -> dict[int, dict[str, str]]:
+    """``{step: {key: value_json}}`` of the offline W&B run under ``run_dir/wandb``, read again until ``steps`` are
+    all there or ``wait_s`` has passed: W&B's service process may still be writing the file after ``finish()``
+    returns (the full suite on a loaded machine once read it without step 0)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        (run_file,) = glob.glob(str(run_dir / "wandb" / "offline-run-*" / "run-*.wandb"))
+        rows: dict[int, dict[str, str]] = {}
+        for rec in wandb_records(Path(run_file)):
+            if rec.WhichOneof("record_type") == "history":
+                items = {i.key or "/".join(i.nested_key): i.value_json for i in rec.history.item}
+                rows.setdefault(int(items["_step"]), {}).update(items)
+        if set(steps) <= set(rows) or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.5)
 
 
 # ------------------------------------------------------------------------------------------------ loggers
@@ -113,7 +121,7 @@ def test_wandb_offline_run_holds_the_metrics_and_the_transcript_table(tmp_path, 
         loggers.log(s, {"step": s, "rollout/return": s / 4, "eval/env/exact_match": 0.5})
     loggers.log_table("eval/transcripts", ["task", "return", "text"], [["q1", 1.0, "<answer>7</answer>"]], 3)
     loggers.close()
-    history = wandb_history(tmp_path)
+    history = wandb_history(tmp_path, steps=(0, 1, 2, 3))
     assert [float(history[s]["rollout/return"]) for s in (0, 1, 2)] == [0.0, 0.25, 0.5]
     assert json.loads(history[3]["eval/transcripts/_type"]) == "table-file"
     (table,) = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "files" / "media" / "table" / "eval" / "*.json"))
@@ -224,7 +232,7 @@ def test_tiny_rl_run_logs_everywhere_and_writes_traces(tmp_path, tiny_model_dir,
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2]
     scalars = tensorboard_scalars(run / "tensorboard")
-    history = wandb_history(run)
+    history = wandb_history(run, steps=(0, 1, 2))
     for row in rows:
         for key, value in L.scalars(row).items():
             assert scalars[key][row["step"]] == pytest.approx(value, rel=1e-6, abs=1e-6), key
