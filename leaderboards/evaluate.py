@@ -226,8 +226,7 @@ def run_model(cfg: EvalConfig, env_kwargs: dict[str, Any], budgets: dict[str, An
                                   num_tasks=cfg.episodes, group_size=budgets["trials"], seed=cfg.seed)  # fmt: skip
     finally:
         pool.close()
-        if hasattr(engine, "close"):  # vLLM's engine process, stopped before the interpreter's exit
-            engine.close()
+        engine.close()  # vLLM's engine process, stopped before the interpreter's exit
     results, trial_of = [], {}
     for ep in episodes:
         trial = trial_of.get(ep.group, 0)

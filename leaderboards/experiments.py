@@ -394,7 +394,7 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _call(cmd: list[str], log: Path) -> None:
+def call_logged(cmd: Sequence[str], log: Path) -> None:
     """Run ``cmd`` (cwd: the repository), appending its output to ``log``; a failure raises with the log's tail."""
     log.parent.mkdir(parents=True, exist_ok=True)
     repo = Path(__file__).resolve().parents[1]
@@ -402,7 +402,7 @@ def _call(cmd: list[str], log: Path) -> None:
     with open(log, "a") as f:
         f.write(f"\n$ {' '.join(cmd[1:])}  # {_now()}\n")
         f.flush()
-        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, check=False).returncode
+        rc = subprocess.run(list(cmd), stdout=f, stderr=subprocess.STDOUT, env=env, check=False).returncode
     if rc != 0:
         tail = log.read_text()[-3000:]
         raise RuntimeError(f"{' '.join(cmd[1:4])} ... exited with {rc}; its log {log} ends with:\n{tail}")
@@ -427,7 +427,7 @@ def build_warm_start(spec: Spec, root: Path) -> Path | None:
     print(f"[experiments] {spec.name}: {what} in {out}", flush=True)
     _start_record(out, {"spec": spec.path, "arm": "warm_start", "seed": args.get("seed", 0)}, cmd)
     t0 = time.perf_counter()
-    _call(cmd, out / "log.txt")
+    call_logged(cmd, out / "log.txt")
     policy = warm_weights(out)
     if policy is None:
         raise RuntimeError(f"{' '.join(cmd[1:3])} exited 0 but wrote no policy weights under {out}.")
@@ -438,7 +438,7 @@ def build_warm_start(spec: Spec, root: Path) -> Path | None:
     for old in evaluated.glob("*.jsonl") if evaluated.exists() else ():
         old.unlink()
     for c in eval_commands(spec, policy, evaluated, budget):
-        _call(c, out / "log.txt")
+        call_logged(c, out / "log.txt")
     if done:
         report = compare_evaluations(out / "final-eval", evaluated)
         print(f"[experiments] {spec.name}: rebuilt warm start vs committed: {report}", flush=True)
@@ -487,7 +487,7 @@ def play_run(spec: Spec, run: Run, warm: Path | None) -> None:
         print(f"[experiments] {spec.name}/{run.arm.name}/seed{run.seed}: "
               f"{'resuming at step ' + str(done_steps) if done_steps else 'starting'} ({cfg.steps} steps)",
               flush=True)  # fmt: skip
-        _call(cmd, run.out_dir / "log.txt")
+        call_logged(cmd, run.out_dir / "log.txt")
     if trained_steps(run.out_dir) != cfg.steps:
         raise RuntimeError(f"{run.out_dir}: the trainer exited 0 but its checkpoint is not at step {cfg.steps}.")
     evaluated = run.out_dir / "final-eval"
@@ -495,7 +495,7 @@ def play_run(spec: Spec, run: Run, warm: Path | None) -> None:
         for old in evaluated.glob("*.jsonl"):
             old.unlink()
     for c in eval_commands(spec, Path(policy_folder(str(run.out_dir))), evaluated, eval_budget(cfg)):
-        _call(c, run.out_dir / "log.txt")
+        call_logged(c, run.out_dir / "log.txt")
     _write_json(run.out_dir / DONE, {"git_sha": git_sha(), "finished": _now(), "seconds": time.perf_counter() - t0,
                                      "steps": cfg.steps})  # fmt: skip
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -41,7 +40,6 @@ from leaderboards.evaluate import git_sha
 from leaderboards.tables import ResultRow, read_rows
 from trainers.provenance import WORK, replay_argv
 
-REPO = Path(__file__).resolve().parents[1]
 DEFAULT_WORK = Path("runs") / "reproduce"
 
 
@@ -79,11 +77,12 @@ def compare(committed: ResultRow, reproduced: ResultRow, metrics: Sequence[str] 
 
 def parse_row_ref(ref: str, model: str | None) -> tuple[Path, int]:
     """``FILE:LINE`` (1-based) or ``FILE`` with ``model`` (its last row with that model) -> (file, line)."""
-    path, _, line = ref.rpartition(":") if ref.rpartition(":")[2].isdigit() else (ref, "", "")
+    head, _, tail = ref.rpartition(":")
+    path, line = (head, tail) if tail.isdigit() else (ref, "")
     file = Path(path)
     if not file.is_file():
         raise InvalidArgument(f"{path!r} is not a results file; pass e.g. leaderboards/results/WikiTwoTurn-v1.jsonl:4.")
-    lines = [ln for ln in file.read_text(encoding="utf-8").splitlines()]
+    lines = file.read_text(encoding="utf-8").splitlines()
     if line:
         n = int(line)
         if not 1 <= n <= len(lines) or not lines[n - 1].strip():
@@ -104,17 +103,6 @@ def load_row(file: Path, line: int) -> ResultRow:
     return ResultRow(**json.loads(file.read_text(encoding="utf-8").splitlines()[line - 1]))
 
 
-def run_logged(argv: Sequence[str], log: Path) -> None:
-    """Run one command from the repository root, its output appended to ``log``; a failure raises with its tail."""
-    print("+ " + " ".join(argv[1:] if argv[0] == sys.executable else argv), flush=True)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "a") as f:
-        done = subprocess.run(list(argv), cwd=REPO, stdout=f, stderr=subprocess.STDOUT)
-    if done.returncode != 0:
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
-        raise RuntimeError(f"command failed (exit {done.returncode}); the last lines of {log}:\n{tail}")
-
-
 def reproduce_row(row: ResultRow, work: Path, *, dry_run: bool = False) -> ResultRow | None:
     """Replay ``row.commands`` in ``work``; the evaluation's row goes to ``work/results``. Returns the new row."""
     if not row.commands:
@@ -133,9 +121,13 @@ def reproduce_row(row: ResultRow, work: Path, *, dry_run: bool = False) -> Resul
         return None
     if any(WORK in token for c in row.commands for token in c) and work.exists() and any(work.iterdir()):
         raise InvalidArgument(f"--work-dir {work} is not empty; give a new folder so no earlier run is reused.")
+    from leaderboards.experiments import call_logged
+
     for c in commands:
-        run_logged(c, work / "log.txt")
-    return read_rows(results)[-1] if results.is_dir() and read_rows(results) else None
+        print("+ " + " ".join(["python", *c[1:]] if c[0] == sys.executable else c), flush=True)
+        call_logged(c, work / "log.txt")
+    rows = read_rows(results) if results.is_dir() else []
+    return rows[-1] if rows else None
 
 
 def reproduce_run(

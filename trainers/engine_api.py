@@ -61,3 +61,9 @@ class Engine(Protocol):
     def update_weights(self, model: Any) -> None:
         """Make the engine sample from ``model``'s current weights."""
         ...
+
+    def close(self) -> None:
+        """Release what the engine started (processes, temporary folders); idempotent, a no-op where it started
+        nothing. Callers close an engine when done: a vLLM engine left to the interpreter's exit logs into streams
+        that may already be closed."""
+        ...

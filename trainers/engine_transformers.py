@@ -93,6 +93,9 @@ class TransformersEngine:
             raise InvalidArgument(f"prefix_cache_gib={self.prefix_cache_gib} must be >= 0 (0 disables reuse).")
         self._cache = PrefixCache(int(self.prefix_cache_gib * 2**30))
 
+    def close(self) -> None:
+        """Nothing to release: the engine samples from the trainer's own model in this process."""
+
     def update_weights(self, model: Any) -> None:
         """Sample from ``model`` from now on (same process, same module: nothing is copied); cached KV and the
         fast loop's weight casts are dropped at once (memory the update can use)."""

@@ -341,6 +341,9 @@ class OpenAIEngine:
             raise InvalidArgument(f"base_url={self.base_url!r} must start with http:// or https://, e.g. .../v1.")
         self.base_url = self.base_url.rstrip("/")
 
+    def close(self) -> None:
+        """Nothing to release: every request opens and closes its own connection; the server is not ours."""
+
     def update_weights(self, model: Any) -> None:
         raise InvalidArgument(
             f"the OpenAI-compatible engine at {self.base_url} cannot receive trainer weights; train with "

@@ -781,8 +781,7 @@ def train(cfg: RLConfig, command: tuple[str, Sequence[str]] | None = None) -> di
     recorder.close()
     if eval_pools is not None:
         close_pools(eval_pools)
-    if hasattr(engine, "close"):  # vLLM's engine process, stopped now: left to exit, it logged into closed streams
-        engine.close()
+    engine.close()  # vLLM's engine process, stopped now (left to the interpreter's exit it logged into closed streams)
     return row
 
 
