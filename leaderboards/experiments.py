@@ -4,6 +4,7 @@ the aggregation of every run into curves with a band over seeds and a final tabl
     python -m leaderboards.experiments run experiments/wiki_mtgrpo.toml        # play (or resume) the whole grid
     python -m leaderboards.experiments status experiments/wiki_mtgrpo.toml     # done / partial / pending per run
     python -m leaderboards.experiments aggregate experiments/wiki_mtgrpo.toml  # -> leaderboards/experiments/wiki_mtgrpo
+    python -m leaderboards.experiments run experiments/wiki_recipe_sweep.toml --only lr1e-5/seed1  # one run
 
 It sits in the layer that reports: it drives the trainers as subprocesses (``python -m trainers.<trainer>``),
 validates specs against :class:`trainers.rl.RLConfig`, evaluates with :mod:`leaderboards.evaluate` and reads its
@@ -88,6 +89,7 @@ DONE = "DONE.json"
 RUNS_DIR = "experiments/runs"  # committed: every run's results (weights and checkpoints are .gitignored)
 AGGREGATES_DIR = Path("leaderboards/experiments")  # the committed grids' curves and tables
 PAIRED = "paired_delta"  # the table entry of an arm's paired change from the warm start
+PER_SEED = "paired_per_seed"  # per run of an arm: (seed, its paired change over the tasks)
 COST_COLUMNS = (  # (table header, metrics.jsonl key, how steps combine)
     ("wall s", "perf/step_seconds", "sum"),
     ("rollout s", "rollout/seconds", "sum"),
@@ -105,13 +107,15 @@ class Arm:
     """One strategy of a comparison: its name (the run folder), strategy and RLConfig overrides; ``trainer``
     (default: the spec's) when the arm needs the other trainer's defaults (a critic-free strategy in a PPO
     comparison); ``stage``: arms of stage 2 are played after every seed of the stage-1 arms (extra strategies
-    compared on the same warm start and budget without delaying the paper's comparison)."""
+    compared on the same warm start and budget without delaying the paper's comparison); ``seeds``: the arm plays
+    only these of the spec's seeds (a sweep or ablation arm at one seed beside a recipe at three; ``None``: all)."""
 
     name: str
     strategy: str
     overrides: Mapping[str, Any] = field(default_factory=dict)
     trainer: str | None = None
     stage: int = 1
+    seeds: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -157,7 +161,8 @@ class Spec:
         """The grid in play order: stage by stage (see :class:`Arm`), then seed by seed, arm by arm."""
         stages = sorted({arm.stage for arm in self.arms})
         return [Run(arm, seed, root / self.name / arm.name / f"seed{seed}")
-                for stage in stages for seed in self.seeds for arm in self.arms if arm.stage == stage]  # fmt: skip
+                for stage in stages for seed in self.seeds for arm in self.arms
+                if arm.stage == stage and (arm.seeds is None or seed in arm.seeds)]  # fmt: skip
 
     def warm_dir(self, root: Path) -> Path:
         return root / self.name / "warm_start"
@@ -245,8 +250,12 @@ def load_spec(path: str | Path) -> Spec:
             raise InvalidArgument(f"{where} [arms.{name}]: trainer={trainer!r} must be one of {TRAINERS}.")
         if not isinstance(stage, int) or isinstance(stage, bool) or stage < 1:
             raise InvalidArgument(f"{where} [arms.{name}]: stage={stage!r} must be an int >= 1 (1 = played first).")
+        arm_seeds = table.pop("seeds", None)
+        if arm_seeds is not None and (not arm_seeds or not set(arm_seeds) <= set(seeds)):
+            raise InvalidArgument(f"{where} [arms.{name}]: seeds={arm_seeds!r} must be a non-empty subset of the "
+                                  f"spec's seeds {seeds!r}.")  # fmt: skip
         _check_fields(f"{where} [arms.{name}]", list(table), rl_known, RUN_FIELDS_SET_BY_RUNNER)
-        arms.append(Arm(name, strategy, table, trainer, stage))
+        arms.append(Arm(name, strategy, table, trainer, stage, None if arm_seeds is None else tuple(arm_seeds)))
     if not arms:
         raise InvalidArgument(f"{where}: [arms] is empty; add at least one [arms.NAME] with a strategy.")
     warm = None
@@ -500,15 +509,30 @@ def play_run(spec: Spec, run: Run, warm: Path | None) -> None:
                                      "steps": cfg.steps})  # fmt: skip
 
 
-def run_grid(spec: Spec, root: Path) -> None:
-    """Play the warm start and every run not yet done, sequentially."""
+def select_runs(spec: Spec, root: Path, only: Sequence[str] = ()) -> list[Run]:
+    """The grid's runs in play order, or those named by ``only`` (``ARM`` for every seed of an arm, ``ARM/seedK``
+    for one run); an unknown name raises, listing the grid's."""
+    runs = spec.runs(root)
+    if not only:
+        return runs
+    names = {r.arm.name for r in runs} | {f"{r.arm.name}/seed{r.seed}" for r in runs}
+    unknown = [o for o in only if o not in names]
+    if unknown:
+        raise InvalidArgument(f"--only {unknown}: not in {spec.path}'s grid; use an arm or ARM/seedK of "
+                              f"{sorted(names)}.")  # fmt: skip
+    return [r for r in runs if r.arm.name in only or f"{r.arm.name}/seed{r.seed}" in only]
+
+
+def run_grid(spec: Spec, root: Path, only: Sequence[str] = ()) -> None:
+    """Play the warm start and every run not yet done (or those named by ``only``), sequentially."""
+    selected = select_runs(spec, root, only)
     warm = build_warm_start(spec, root)
-    for run in spec.runs(root):
+    for run in selected:
         if run_state(run.out_dir) == "done":
             print(f"[experiments] {spec.name}/{run.arm.name}/seed{run.seed}: done, skipped", flush=True)
             continue
         play_run(spec, run, warm)
-    print(f"[experiments] {spec.name}: all {len(spec.runs(root))} runs done; "
+    print(f"[experiments] {spec.name}: all {len(selected)} runs done; "
           f"aggregate with: python -m leaderboards.experiments aggregate {spec.path}", flush=True)  # fmt: skip
 
 
@@ -696,10 +720,15 @@ def aggregate(spec: Spec, root: Path, out: Path) -> dict[str, Any]:
         entry["runs"] = len(cost_rows)
         if spec.eval.paired and arm != "warm start" and base is not None:
             per_run = [
-                task_values(run_dir, spec.eval.paired) for _seed, run_dir in cells if run_state(run_dir) == "done"
+                (seed, task_values(run_dir, spec.eval.paired))
+                for seed, run_dir in cells
+                if run_state(run_dir) == "done"
             ]
-            if all(v is not None for v in per_run):
-                entry[PAIRED] = paired_delta([v for v in per_run if v is not None], base)
+            if all(v is not None for _seed, v in per_run):
+                entry[PAIRED] = paired_delta([v for _seed, v in per_run if v is not None], base)
+                entry[PER_SEED] = [(seed, paired_delta([v], base)) for seed, v in per_run if v is not None]
+                for rec in records[-len(per_run) :]:
+                    rec["paired_delta"] = dict(entry[PER_SEED])[rec["seed"]]
         table[arm] = entry
     with open(out / "runs.jsonl", "w") as f:
         for rec in records:
@@ -753,6 +782,13 @@ def render_table(spec: Spec, table: Mapping[str, Mapping[str, Any]]) -> str:
         cells = [f"{arm}: {row.model}", f"**reported** ({row.source})"]
         cells += [_reported_cell(row.values.get(key)) for key in metric_keys]
         lines.append("| " + " | ".join(cells + [""] * (len(paired) + len(cost_keys))) + " |")
+    seeded = [(arm, e[PER_SEED]) for arm, e in table.items() if len(e.get(PER_SEED, ())) > 1]
+    if seeded:
+        intro = f"Per run (arms with several seeds): Δ {spec.eval.paired} from the warm start, paired over the same"
+        lines += ["", intro + " tasks [95% bootstrap over tasks].", "", "| arm | seed | Δ (paired) |", "|---|---|---|"]
+        for arm, per_seed in seeded:
+            for seed, m in per_seed:
+                lines.append(f"| {arm} | {seed} | {m['estimate']:+.3f} [{m['low']:+.3f}, {m['high']:+.3f}] |")
     return "\n".join(lines) + "\n"
 
 
@@ -808,14 +844,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="aggregate: output folder (default: leaderboards/experiments/"
         "<name> for the committed runs, else <runs-dir>/<name>/aggregate)",
     )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        default=(),
+        metavar="ARM[/seedK]",
+        help="run: play only these arms (every seed) or runs, e.g. --only recipe/seed1 (default: the whole grid)",
+    )
     args = parser.parse_args(argv)
     try:
         spec = load_spec(args.spec)
+        root = Path(args.runs_dir)
+        select_runs(spec, root, args.only)
     except InvalidArgument as exc:
         parser.error(str(exc))
-    root = Path(args.runs_dir)
     if args.command == "run":
-        run_grid(spec, root)
+        run_grid(spec, root, args.only)
     elif args.command == "status":
         rows = status(spec, root)
         for name, state, steps in rows:

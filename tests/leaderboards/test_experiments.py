@@ -28,6 +28,7 @@ from leaderboards.experiments import (
     paper_name,
     render_table,
     seed_band,
+    select_runs,
     train_command,
 )
 from leaderboards.tables import ResultRow, append_row
@@ -100,15 +101,25 @@ def test_committed_specs_load_and_compare_the_papers_strategies():
         "sokoban_mtppo_bfs64": ["ppo_or", "ppo_mr", "mt_ppo"],
         "wiki_mtgrpo": ["grpo_or", "grpo_mr", "mt_grpo"],
         "wiki_mtppo": ["ppo_or", "ppo_mr", "mt_ppo"],
-        "wiki_recipe_sweep": ["mt_grpo", "mt_grpo", "mt_grpo"],  # issue 26: the recipe's learning rates
+        "wiki_recipe_sweep": ["mt_grpo"],  # issue 26: the recipe (lr 1e-5) at three seeds
     }
     assert {s: [a.strategy for a in spec.arms if a.stage == 2] for s, spec in specs.items()} == {
         "sokoban_mtppo": [],  # its warm start never succeeds: stage 2 is played from the stronger one below
         "sokoban_mtppo_bfs64": ["turn_ppo", "gigpo"],  # issue 15: newer credit assignment, after the papers' arms
         "wiki_mtgrpo": ["gigpo", "mt_grpo_rtg", "mt_grpo"],  # the last: MT-GRPO with discounted turn returns
         "wiki_mtppo": ["turn_ppo"],
-        "wiki_recipe_sweep": [],
+        "wiki_recipe_sweep": ["mt_grpo"] * 7,  # two other learning rates and five ablations, at seed 0
     }
+    recipe = specs["wiki_recipe_sweep"]
+    assert [f"{r.arm.name}/seed{r.seed}" for r in recipe.runs(Path("runs"))][:4] == [
+        "lr1e-5/seed0", "lr1e-5/seed1", "lr1e-5/seed2", "lr2e-5/seed0"]  # fmt: skip
+    ablated = {a.name: dict(a.overrides) for a in recipe.arms if a.name != "lr1e-5" and a.overrides["lr"] == 1e-5}
+    assert ablated == {"no_dynamic_sampling": {"lr": 1e-5, "dynamic_sampling": False},
+                       "one_epoch": {"lr": 1e-5, "ppo_epochs": 1}, "std_scaling": {"lr": 1e-5, "scale_by_std": True},
+                       "seq_mean": {"lr": 1e-5, "aggregation": "seq_mean_token_mean"},
+                       "small_batch": {"lr": 1e-5, "tasks_per_step": 2}}  # fmt: skip
+    for name, off in ablated.items():  # each ablation turns one of the recipe's ingredients off
+        assert all(recipe.budget.get(k) != v for k, v in off.items() if k != "lr"), name
     disc = _config_of(specs["wiki_mtgrpo"], next(r for r in specs["wiki_mtgrpo"].runs(Path("runs"))
                                                  if r.arm.name == "mt_grpo_disc"), None)  # fmt: skip
     assert disc.strategy == "mt_grpo" and disc.turn_gamma == 0.5
@@ -161,6 +172,55 @@ def test_paired_delta_by_hand_and_its_bootstrap_over_seeds_and_tasks():
     assert split["estimate"] == 0.5 and split["low"] == 0.0 and split["high"] == 1.0
     with pytest.raises(InvalidArgument, match="warm start's tasks"):
         paired_delta([{0: 1.0}], base)
+
+
+def test_arm_seeds_and_only_pick_runs_and_name_the_grid_on_a_typo(tmp_path, capsys):
+    spec = load_spec(_write(tmp_path / "s.toml", f'name = "g"\ntrainer = "grpo"\nenv = "{ENV}"\nseeds = [0, 1, 2]\n'
+                            '[arms.main]\nstrategy = "grpo_or"\n[arms.sweep]\nstrategy = "grpo_or"\nlr = 2e-5\n'
+                            'stage = 2\nseeds = [1]\n'))  # fmt: skip
+    names = [f"{r.arm.name}/seed{r.seed}" for r in spec.runs(tmp_path)]
+    assert names == ["main/seed0", "main/seed1", "main/seed2", "sweep/seed1"]
+    assert [r.seed for r in select_runs(spec, tmp_path, ["main"])] == [0, 1, 2]
+    assert [r.arm.name for r in select_runs(spec, tmp_path, ["main/seed2", "sweep"])] == ["main", "sweep"]
+    with pytest.raises(InvalidArgument, match=r"--only \['sweep/seed0'\]: not in .*'main/seed0'"):
+        select_runs(spec, tmp_path, ["sweep/seed0"])
+    with pytest.raises(SystemExit):  # the CLI refuses before building anything
+        main(["run", str(tmp_path / "s.toml"), "--only", "mian", "--runs-dir", str(tmp_path / "runs")])
+    assert "--only ['mian']" in capsys.readouterr().err and not (tmp_path / "runs").exists()
+    with pytest.raises(ValueError, match=r"seeds=\[3\] must be a non-empty subset of the spec's seeds \[0, 1\]"):
+        load_spec(_write(tmp_path / "bad.toml", f'name = "g"\ntrainer = "grpo"\nenv = "{ENV}"\nseeds = [0, 1]\n'
+                         '[arms.a]\nstrategy = "grpo_or"\nseeds = [3]\n'))  # fmt: skip
+
+
+def _transcripts(run_dir: Path, values: list[float]) -> None:
+    folder = run_dir / "final-eval" / "transcripts"
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [{"task": t, "metrics": {"env/success": v}} for t, v in enumerate(values)]
+    (folder / "Arithmetic-v0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_aggregate_gives_each_seeds_paired_change_beside_the_arms(tmp_path):
+    text = (f'name = "cmp"\ntrainer = "grpo"\nenv = "{ENV}"\nseeds = [0, 1]\n[warm_start.args]\nepisodes = 4\n'
+            '[eval]\ntasks = 4\npaired = "env/success"\n[arms.a]\nstrategy = "grpo_or"\n[arms.b]\n'
+            'strategy = "grpo_or"\nseeds = [0]\n')  # fmt: skip
+    spec = load_spec(_write(tmp_path / "s.toml", text))
+    root = tmp_path / "runs"
+    _fake_run(root / "cmp" / "warm_start", 0, 0.25, [{"step": 1}])
+    _transcripts(root / "cmp" / "warm_start", [0.0, 1.0, 0.0, 0.0])
+    for seed, values in enumerate([[1.0, 1.0, 1.0, 1.0], [0.0, 1.0, 0.0, 0.0]]):  # seed 0 gains 3 tasks, seed 1 none
+        _fake_run(root / "cmp" / "a" / f"seed{seed}", seed, float(np.mean(values)), [{"step": 1}])
+        _transcripts(root / "cmp" / "a" / f"seed{seed}", values)
+    _fake_run(root / "cmp" / "b" / "seed0", 0, 0.5, [{"step": 1}])
+    _transcripts(root / "cmp" / "b" / "seed0", [1.0, 1.0, 0.0, 0.0])
+    table = aggregate(spec, root, tmp_path / "agg")
+    assert table["a"]["paired_delta"]["estimate"] == 0.375  # (0.75 + 0) / 2
+    per_seed = dict(table["a"]["paired_per_seed"])
+    assert per_seed[0]["estimate"] == 0.75 and (per_seed[1]["estimate"], per_seed[1]["high"]) == (0.0, 0.0)
+    md = (tmp_path / "agg" / "table.md").read_text()
+    assert "| a | 1 | +0.000 [+0.000, +0.000] |" in md and "| a | 0 | +0.750 [" in md
+    assert "| b | 0 |" not in md  # one run: the arm's row already is that run's
+    rows = {(r["arm"], r["seed"]): r for r in map(json.loads, (tmp_path / "agg" / "runs.jsonl").open())}
+    assert rows[("a", 1)]["paired_delta"]["estimate"] == 0.0 and rows[("b", 0)]["paired_delta"]["estimate"] == 0.25
 
 
 def test_a_changed_spec_refuses_to_resume_a_started_run(tmp_path):
