@@ -113,13 +113,21 @@ def test_committed_specs_load_and_compare_the_papers_strategies():
     recipe = specs["wiki_recipe_sweep"]
     assert [f"{r.arm.name}/seed{r.seed}" for r in recipe.runs(Path("runs"))][:4] == [
         "lr1e-5/seed0", "lr1e-5/seed1", "lr1e-5/seed2", "lr2e-5/seed0"]  # fmt: skip
-    ablated = {a.name: dict(a.overrides) for a in recipe.arms if a.name != "lr1e-5" and a.overrides["lr"] == 1e-5}
+    ablated = {a.name: dict(a.overrides) for a in recipe.arms if a.stage == 2 and a.overrides["lr"] == 1e-5}
     assert ablated == {"no_dynamic_sampling": {"lr": 1e-5, "dynamic_sampling": False},
                        "one_epoch": {"lr": 1e-5, "ppo_epochs": 1}, "std_scaling": {"lr": 1e-5, "scale_by_std": True},
                        "seq_mean": {"lr": 1e-5, "aggregation": "seq_mean_token_mean"},
                        "small_batch": {"lr": 1e-5, "tasks_per_step": 2}}  # fmt: skip
     for name, off in ablated.items():  # each ablation turns one of the recipe's ingredients off
         assert all(recipe.budget.get(k) != v for k, v in off.items() if k != "lr"), name
+    compared = {a.name: _config_of(recipe, next(r for r in recipe.runs(Path("runs")) if r.arm == a), None)
+                for a in recipe.arms if a.stage == 3}  # fmt: skip
+    assert sorted(compared) == sorted(["grpo_or", "grpo_mr", "mt_grpo_disc", "gigpo", "ppo_or", "ppo_mr", "mt_ppo",
+                                       "turn_ppo"])  # item 4, beside lr1e-5 (the recipe's MT-GRPO)  # fmt: skip
+    for name, cfg in compared.items():  # the papers' comparison at the recipe's budget: same episodes, epochs, lr
+        assert (cfg.steps, cfg.tasks_per_step * cfg.group_size, cfg.ppo_epochs, cfg.lr) == (10, 32, 2, 1e-5), name
+        assert cfg.algo == ("ppo" if "ppo" in name else "grpo") and cfg.kl_coef == 0.0
+        assert cfg.dynamic_sampling == (cfg.algo == "grpo") and not cfg.scale_by_std  # GiGPO: mean-only
     disc = _config_of(specs["wiki_mtgrpo"], next(r for r in specs["wiki_mtgrpo"].runs(Path("runs"))
                                                  if r.arm.name == "mt_grpo_disc"), None)  # fmt: skip
     assert disc.strategy == "mt_grpo" and disc.turn_gamma == 0.5
