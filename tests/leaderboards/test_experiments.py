@@ -97,15 +97,19 @@ def test_extends_takes_the_other_specs_keys_and_merges_budget_eval_and_arms(tmp_
 def test_committed_specs_load_and_compare_the_papers_strategies():
     specs = {p.stem: load_spec(p) for p in sorted((REPO / "experiments").glob("*.toml"))}
     assert {s: [a.strategy for a in spec.arms if a.stage == 1] for s, spec in specs.items()} == {
+        "searchr1_recipe": ["mt_grpo"],
         "sokoban_mtppo": ["ppo_or", "ppo_mr", "mt_ppo"],
         "sokoban_mtppo_bfs64": ["ppo_or", "ppo_mr", "mt_ppo"],
+        "sokoban_recipe": ["mt_grpo"],
         "wiki_mtgrpo": ["grpo_or", "grpo_mr", "mt_grpo"],
         "wiki_mtppo": ["ppo_or", "ppo_mr", "mt_ppo"],
         "wiki_recipe_sweep": ["mt_grpo"],  # issue 26: the recipe (lr 1e-5) at three seeds
     }
     assert {s: [a.strategy for a in spec.arms if a.stage == 2] for s, spec in specs.items()} == {
+        "searchr1_recipe": ["mt_grpo"] * 2,  # the other two learning rates
         "sokoban_mtppo": [],  # its warm start never succeeds: stage 2 is played from the stronger one below
         "sokoban_mtppo_bfs64": ["turn_ppo", "gigpo"],  # issue 15: newer credit assignment, after the papers' arms
+        "sokoban_recipe": ["mt_grpo"] * 2,
         "wiki_mtgrpo": ["gigpo", "mt_grpo_rtg", "mt_grpo"],  # the last: MT-GRPO with discounted turn returns
         "wiki_mtppo": ["turn_ppo"],
         "wiki_recipe_sweep": ["mt_grpo"] * 7,  # two other learning rates and five ablations, at seed 0
@@ -120,21 +124,22 @@ def test_committed_specs_load_and_compare_the_papers_strategies():
                        "small_batch": {"lr": 1e-5, "tasks_per_step": 2}}  # fmt: skip
     for name, off in ablated.items():  # each ablation turns one of the recipe's ingredients off
         assert all(recipe.budget.get(k) != v for k, v in off.items() if k != "lr"), name
-    compared = {a.name: _config_of(recipe, next(r for r in recipe.runs(Path("runs")) if r.arm == a), None)
-                for a in recipe.arms if a.stage == 3}  # fmt: skip
-    assert sorted(compared) == sorted(["grpo_or", "grpo_mr", "mt_grpo_disc", "gigpo", "ppo_or", "ppo_mr", "mt_ppo",
-                                       "turn_ppo"])  # item 4, beside lr1e-5 (the recipe's MT-GRPO)  # fmt: skip
-    for name, cfg in compared.items():  # the papers' comparison at the recipe's budget: same episodes, epochs, lr
-        assert (cfg.steps, cfg.tasks_per_step * cfg.group_size, cfg.ppo_epochs, cfg.lr) == (10, 32, 2, 1e-5), name
-        assert cfg.algo == ("ppo" if "ppo" in name else "grpo") and cfg.kl_coef == 0.0
-        assert cfg.dynamic_sampling == (cfg.algo == "grpo") and not cfg.scale_by_std  # GiGPO: mean-only
+    for spec in (recipe, specs["sokoban_recipe"]):  # item 4: the papers' comparison at the recipe's budget
+        compared = {a.name: _config_of(spec, next(r for r in spec.runs(Path("runs")) if r.arm == a), None)
+                    for a in spec.arms if a.stage == 3}  # fmt: skip
+        assert sorted(compared) == sorted(["grpo_or", "grpo_mr", "mt_grpo_disc", "gigpo", "ppo_or", "ppo_mr",
+                                           "mt_ppo", "turn_ppo"])  # beside lr1e-5, the recipe's MT-GRPO  # fmt: skip
+        for name, cfg in compared.items():  # same episodes a step, steps, epochs, learning rate
+            assert (cfg.steps, cfg.tasks_per_step * cfg.group_size, cfg.ppo_epochs, cfg.lr) == (10, 32, 2, 1e-5), name
+            assert cfg.algo == ("ppo" if "ppo" in name else "grpo") and cfg.kl_coef == 0.0
+            assert cfg.dynamic_sampling == (cfg.algo == "grpo") and not cfg.scale_by_std  # GiGPO: mean-only
     disc = _config_of(specs["wiki_mtgrpo"], next(r for r in specs["wiki_mtgrpo"].runs(Path("runs"))
                                                  if r.arm.name == "mt_grpo_disc"), None)  # fmt: skip
     assert disc.strategy == "mt_grpo" and disc.turn_gamma == 0.5
     assert [len(specs[s].seeds) for s in ("sokoban_mtppo", "sokoban_mtppo_bfs64", "wiki_mtgrpo", "wiki_mtppo")] == [
         2, 2, 3, 3]  # fmt: skip
     for name, spec in specs.items():  # one budget for every arm: the papers' arms override nothing but their strategy
-        sweep = name == "wiki_recipe_sweep"  # its arms are learning rates
+        sweep = "recipe" in name  # its arms are learning rates
         assert (sweep or all(not arm.overrides for arm in spec.arms if arm.stage == 1)) and spec.warm_start is not None
         runs = spec.runs(Path("runs"))  # every seed of stage 1 is played before any stage-2 run
         assert [r.arm.stage for r in runs] == sorted(r.arm.stage for r in runs)
