@@ -120,10 +120,13 @@ class Arm:
 
 @dataclass(frozen=True)
 class WarmStart:
-    """The shared starting checkpoint: ``python -m <module> --env ... --out-dir <runs>/<name>/warm_start <args>``."""
+    """The shared starting checkpoint: ``python -m <module> --env ... --out-dir <runs>/<name>/warm_start <args>``.
+    ``check_seeds``: the same command at these other seeds, built and evaluated into ``warm_start_seed<k>`` after
+    it (nothing starts from them): the table shows how much the cold start depends on its seed."""
 
     module: str = "trainers.sft"
     args: Mapping[str, Any] = field(default_factory=dict)
+    check_seeds: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -166,6 +169,11 @@ class Spec:
 
     def warm_dir(self, root: Path) -> Path:
         return root / self.name / "warm_start"
+
+    def check_dirs(self, root: Path) -> list[tuple[int, Path]]:
+        """``(seed, folder)`` of the warm start's check seeds (see :class:`WarmStart`)."""
+        seeds = self.warm_start.check_seeds if self.warm_start is not None else ()
+        return [(k, root / self.name / f"warm_start_seed{k}") for k in seeds]
 
 
 @dataclass(frozen=True)
@@ -261,8 +269,14 @@ def load_spec(path: str | Path) -> Spec:
     warm = None
     if "warm_start" in data:
         table = dict(data["warm_start"])
-        _check_fields(f"{where} [warm_start]", list(table), {"module": None, "args": None, "__name__": "warm_start"})
-        warm = WarmStart(table.get("module", "trainers.sft"), dict(table.get("args", {})))
+        _check_fields(f"{where} [warm_start]", list(table),
+                      {"module": None, "args": None, "check_seeds": None, "__name__": "warm_start"})  # fmt: skip
+        args = dict(table.get("args", {}))
+        check = list(table.get("check_seeds", ()))
+        if not all(isinstance(k, int) for k in check) or len(set(check)) != len(check) or args.get("seed", 0) in check:
+            raise InvalidArgument(f"{where} [warm_start]: check_seeds={check!r} must be distinct ints other than the "
+                                  f"warm start's own seed {args.get('seed', 0)}, e.g. [1, 2].")  # fmt: skip
+        warm = WarmStart(table.get("module", "trainers.sft"), args, tuple(check))
     ev = dict(data.get("eval", {}))
     _check_fields(f"{where} [eval]", list(ev), {k: None for k in ("tasks", "seed", "every", "env_kwargs", "paired")})
     eval_spec = EvalSpec(**ev)
@@ -418,20 +432,31 @@ def call_logged(cmd: Sequence[str], log: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- run
-def build_warm_start(spec: Spec, root: Path) -> Path | None:
-    """Build the shared warm start once (its ``DONE.json`` marks it built); returns its folder."""
+def build_check_seeds(spec: Spec, root: Path) -> None:
+    """Build and evaluate the warm start's command at each of its ``check_seeds`` not yet done (results only:
+    nothing starts from them, so a committed one is never rebuilt)."""
+    for seed, out in spec.check_dirs(root):
+        if not (out / DONE).is_file():
+            build_warm_start(spec, root, out=out, seed=seed)
+
+
+def build_warm_start(spec: Spec, root: Path, *, out: Path | None = None, seed: int | None = None) -> Path | None:
+    """Build the shared warm start once (its ``DONE.json`` marks it built); returns its folder. ``out`` and
+    ``seed``: the same command at another seed into another folder (a check seed)."""
     if spec.warm_start is None:
         return None
-    out = spec.warm_dir(root)
+    out = spec.warm_dir(root) if out is None else out
     done = (out / DONE).is_file()
     if done and warm_weights(out) is not None:
         return out
     args = {"env": list(spec.env), **spec.warm_start.args, "out_dir": str(out)}
+    if seed is not None:
+        args["seed"] = seed
     cmd = [sys.executable, "-m", spec.warm_start.module, *flags(args)]
     what = (
         "rebuilding the warm start's weights (its results are committed, its weights are not)"
         if done
-        else ("building the warm start")
+        else ("building the warm start" + ("" if seed is None else f" at check seed {seed}"))
     )
     print(f"[experiments] {spec.name}: {what} in {out}", flush=True)
     _start_record(out, {"spec": spec.path, "arm": "warm_start", "seed": args.get("seed", 0)}, cmd)
@@ -527,6 +552,8 @@ def run_grid(spec: Spec, root: Path, only: Sequence[str] = ()) -> None:
     """Play the warm start and every run not yet done (or those named by ``only``), sequentially."""
     selected = select_runs(spec, root, only)
     warm = build_warm_start(spec, root)
+    if not only:
+        build_check_seeds(spec, root)
     for run in selected:
         if run_state(run.out_dir) == "done":
             print(f"[experiments] {spec.name}/{run.arm.name}/seed{run.seed}: done, skipped", flush=True)
@@ -541,6 +568,7 @@ def status(spec: Spec, root: Path) -> list[tuple[str, str, int]]:
     rows = []
     if spec.warm_start is not None:
         rows.append(("warm_start", run_state(spec.warm_dir(root)), 0))
+        rows += [(out.name, run_state(out), 0) for _seed, out in spec.check_dirs(root)]
     for run in spec.runs(root):
         steps = trained_steps(run.out_dir) if run.out_dir.is_dir() else 0
         if (run.out_dir / DONE).is_file():  # a committed run has no checkpoint: its DONE.json tells the steps
@@ -678,6 +706,7 @@ def aggregate(spec: Spec, root: Path, out: Path) -> dict[str, Any]:
     groups: list[tuple[str, list[tuple[int, Path]]]] = []
     if spec.warm_start is not None:
         groups.append(("warm start", [(int(spec.warm_start.args.get("seed", 0)), spec.warm_dir(root))]))
+        groups += [(f"warm start, seed {k}", [(k, out)]) for k, out in spec.check_dirs(root)]
     for arm in spec.arms:
         groups.append((arm.name, [(r.seed, r.out_dir) for r in spec.runs(root) if r.arm.name == arm.name]))
     table: dict[str, dict[str, Any]] = {}
@@ -690,7 +719,7 @@ def aggregate(spec: Spec, root: Path, out: Path) -> dict[str, Any]:
             if run_state(run_dir) != "done":
                 continue
             rows = read_jsonl(run_dir / "metrics.jsonl")
-            if arm != "warm start":
+            if not arm.startswith("warm start"):
                 metrics[(arm, seed)] = rows
             final = {}
             for row in _final_rows(run_dir):
@@ -699,7 +728,7 @@ def aggregate(spec: Spec, root: Path, out: Path) -> dict[str, Any]:
                     final[key if len(spec.env) == 1 else f"{env_name}/{key}"] = m
             for key, m in final.items():
                 finals.setdefault(key, []).append(m)
-            cost = costs(rows) if arm != "warm start" else {}
+            cost = costs(rows) if not arm.startswith("warm start") else {}
             cost_rows.append(cost)
             record = json.loads((run_dir / "run.json").read_text())
             config_path = run_dir / "config.json"
@@ -718,7 +747,7 @@ def aggregate(spec: Spec, root: Path, out: Path) -> dict[str, Any]:
             if values:
                 entry[header] = float(np.mean(values))
         entry["runs"] = len(cost_rows)
-        if spec.eval.paired and arm != "warm start" and base is not None:
+        if spec.eval.paired and not arm.startswith("warm start") and base is not None:
             per_run = [
                 (seed, task_values(run_dir, spec.eval.paired))
                 for seed, run_dir in cells
@@ -863,7 +892,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args.command == "status":
         rows = status(spec, root)
         for name, state, steps in rows:
-            print(f"{name:32s} {state:8s} {'' if name == 'warm_start' else f'step {steps}'}")
+            print(f"{name:32s} {state:8s} {'' if name.startswith('warm_start') else f'step {steps}'}")
         counts = {s: sum(r[1] == s for r in rows) for s in ("done", "partial", "pending")}
         print(f"{spec.name}: {counts['done']} done, {counts['partial']} partial, {counts['pending']} pending")
     else:

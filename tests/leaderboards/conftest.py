@@ -7,7 +7,7 @@ from pathlib import Path
 from tests.trainers.conftest import tiny_model_dir, tokenizer  # noqa: F401
 
 
-def write_tiny_spec(path: Path, model_dir: str, *, steps: int) -> Path:
+def write_tiny_spec(path: Path, model_dir: str, *, steps: int, check_seeds: tuple[int, ...] = ()) -> Path:
     """A one-arm GRPO-OR grid on Arithmetic-v0 from a 2-demonstration warm start of the tiny Llama, ``steps`` steps
     of 1 x 2 episodes on the transformers engine, evaluated greedily on 2 held-out tasks; written to ``path``."""
     path.write_text(f"""
@@ -15,6 +15,8 @@ name = "tiny"
 trainer = "grpo"
 env = "TurnRL/Arithmetic-v0"
 seeds = [0]
+[warm_start]
+check_seeds = {list(check_seeds)}
 [warm_start.args]
 model = "{model_dir}"
 policy = "scripted:oracle,scripted:wrong"

@@ -69,6 +69,8 @@ def test_flags_render_toml_values_as_cli_options():
          'trainer = "grpo_trainer"\n', "trainer='grpo_trainer' must be one of"),
         ('name = "x"\ntrainer = "grpo"\nenv = "TurnRL/Arithmetic-v0"\nseeds = [0]\n[arms.a]\nstrategy = "gigpo"\n'
          'stage = 0\n', "stage=0 must be an int >= 1"),
+        ('name = "x"\ntrainer = "grpo"\nenv = "TurnRL/Arithmetic-v0"\nseeds = [0]\n[warm_start]\ncheck_seeds = [0]\n'
+         '[arms.a]\nstrategy = "grpo_or"\n', r"check_seeds=\[0\] must be distinct ints other than the warm"),
     ],
 )  # fmt: skip
 def test_spec_errors_name_the_key_and_the_fix(tmp_path, text, message):
@@ -298,7 +300,7 @@ def test_aggregate_bands_tables_and_rows_from_written_metric_files(tmp_path):
 
 
 def test_runner_end_to_end_kill_resume_skip_and_aggregate(tmp_path, tiny_model_dir, capsys):
-    spec = write_tiny_spec(tmp_path / "tiny.toml", tiny_model_dir, steps=12)
+    spec = write_tiny_spec(tmp_path / "tiny.toml", tiny_model_dir, steps=12, check_seeds=(1,))
     runs = tmp_path / "runs"
     cmd = [sys.executable, "-m", "leaderboards.experiments", "run", str(spec), "--runs-dir", str(runs)]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -316,7 +318,7 @@ def test_runner_end_to_end_kill_resume_skip_and_aggregate(tmp_path, tiny_model_d
     main(["status", str(spec), "--runs-dir", str(runs)])
     shown = capsys.readouterr().out
     assert "warm_start" in shown and "done" in shown and "or/seed0" in shown and "partial" in shown
-    assert "1 done, 1 partial, 0 pending" in shown
+    assert "warm_start_seed1" in shown and "2 done, 1 partial, 0 pending" in shown  # the check seed before the runs
 
     res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
@@ -326,7 +328,9 @@ def test_runner_end_to_end_kill_resume_skip_and_aggregate(tmp_path, tiny_model_d
     assert record["seed"] == 0 and len(record["attempts"][0]["git_sha"]) >= 7
     steps = [json.loads(line)["step"] for line in (first / "metrics.jsonl").read_text().splitlines()]
     assert [s for s in steps if s > 0] == list(range(1, 13))  # step 0: the warm start's eval, when logged
-    assert all((runs / "tiny" / d / DONE).is_file() for d in ("warm_start", "or/seed0"))
+    assert all((runs / "tiny" / d / DONE).is_file() for d in ("warm_start", "warm_start_seed1", "or/seed0"))
+    check = json.loads((runs / "tiny" / "warm_start_seed1" / "run.json").read_text())["command"]
+    assert check[check.index("--seed") + 1] == "1" and "warm_start_seed1" in check[check.index("--out-dir") + 1]
     row = json.loads((first / "final-eval" / "Arithmetic-v0.jsonl").read_text().splitlines()[-1])
     assert row["episodes"] == 2 and row["seed"] == 3 and row["temperature"] == 0.0 and row["engine"] == "transformers"
     told = [json.loads(line) for line in (first / "final-eval" / "transcripts" / "Arithmetic-v0.jsonl").open()]
@@ -336,22 +340,23 @@ def test_runner_end_to_end_kill_resume_skip_and_aggregate(tmp_path, tiny_model_d
     assert res.returncode == 0 and res.stdout.count("done, skipped") == 1, res.stdout + res.stderr[-2000:]
 
     table = aggregate(load_spec(spec), runs, tmp_path / "agg")
-    assert set(table) == {"warm start", "or"} and table["or"]["success"]["ci"] == "tasks"
+    assert set(table) == {"warm start", "warm start, seed 1", "or"} and table["or"]["success"]["ci"] == "tasks"
+    assert "paired_delta" not in table["warm start, seed 1"] and "success" in table["warm start, seed 1"]
     warm = [json.loads(line) for line in (runs / "tiny" / "warm_start" / "final-eval" / "transcripts" /
                                           "Arithmetic-v0.jsonl").open()]  # fmt: skip
     gain = np.mean([t["metrics"]["env/success"] for t in told]) - np.mean([t["metrics"]["env/success"] for t in warm])
     assert table["or"]["paired_delta"]["estimate"] == pytest.approx(gain)
     assert "Δ env/success vs warm start (paired)" in (tmp_path / "agg" / "table.md").read_text()
     rows = [json.loads(line) for line in (tmp_path / "agg" / "runs.jsonl").read_text().splitlines()]
-    assert [(r["arm"], r["seed"]) for r in rows] == [("warm start", 0), ("or", 0)]
-    assert rows[1]["config"]["strategy"] == "grpo_or" and rows[1]["config"]["steps"] == 12
+    assert [(r["arm"], r["seed"]) for r in rows] == [("warm start", 0), ("warm start, seed 1", 1), ("or", 0)]
+    assert rows[2]["config"]["strategy"] == "grpo_or" and rows[2]["config"]["steps"] == 12
 
     # A committed grid on a fresh clone: results without weights (.gitignore drops checkpoints and policy/).
     for path in [runs / "tiny" / "warm_start" / "policy", *first.glob("checkpoint-*"), first / "latest"]:
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     main(["status", str(spec), "--runs-dir", str(runs)])
     shown = capsys.readouterr().out
-    assert "2 done, 0 partial, 0 pending" in shown and "step 12" in shown  # DONE.json tells the steps
+    assert "3 done, 0 partial, 0 pending" in shown and "step 12" in shown  # DONE.json tells the steps
     res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "rebuilding the warm start's weights" in res.stdout and res.stdout.count("done, skipped") == 1
