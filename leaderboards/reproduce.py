@@ -9,7 +9,9 @@
 **A leaderboard row** holds ``commands``: the training that made the evaluated folder (``python -m trainers.sft``,
 ``trainers.grpo`` ...) and the evaluation, with ``{work}/k`` for the folders between them
 (:mod:`trainers.provenance`). They are replayed in order in a fresh ``--work-dir`` (the evaluation's row goes to
-``<work-dir>/results``, never to the committed results), at the code of this checkout.
+``<work-dir>/results``, never to the committed results), at the code of this checkout. A row written before rows
+recorded commands is replayed when its model needs no training (a scripted policy, the bundled ``smollm2``): its
+evaluation command is rebuilt from the row's fields (:func:`rebuilt_command`); a trained model's such row cannot be.
 
 **An experiment run** is replayed by the grid's own runner (:mod:`leaderboards.experiments`) into
 ``<work-dir>/<name>/...``: the warm start (``python -m trainers.sft`` with the spec's arguments), then the run's
@@ -103,15 +105,38 @@ def load_row(file: Path, line: int) -> ResultRow:
     return ResultRow(**json.loads(file.read_text(encoding="utf-8").splitlines()[line - 1]))
 
 
+def rebuilt_command(row: ResultRow) -> list[str] | None:
+    """The evaluation command of a row written before rows recorded theirs, rebuilt from the row's own fields
+    (env, kwargs, model, engine, tasks, trials, seed, temperature and budgets) when its model needs no training: a
+    scripted policy or the bundled ``smollm2``. ``None`` for a trained model (its training was not recorded)."""
+    if not (row.model.startswith("scripted:") or row.model == "smollm2"):
+        return None
+    cmd = ["python", "-m", "leaderboards.evaluate", "--env", row.env_id, "--model", row.model,
+           "--episodes", str(row.episodes), "--trials", str(row.trials), "--seed", str(row.seed)]  # fmt: skip
+    if not row.model.startswith("scripted:"):  # a scripted row records 0 for the model's sampling and budgets
+        cmd += ["--temperature", str(row.temperature), "--max-new-tokens", str(row.max_new_tokens),
+                "--max-turns", str(row.max_turns)]  # fmt: skip
+    if row.engine in ("vllm", "transformers"):
+        cmd += ["--engine", row.engine]
+    for key, value in sorted(row.env_kwargs.items()):
+        cmd += ["--env-kwarg", f"{key}={json.dumps(value)}"]
+    return cmd
+
+
 def reproduce_row(row: ResultRow, work: Path, *, dry_run: bool = False) -> ResultRow | None:
-    """Replay ``row.commands`` in ``work``; the evaluation's row goes to ``work/results``. Returns the new row."""
-    if not row.commands:
+    """Replay ``row.commands`` (or, for an older row of a scripted or bundled model, :func:`rebuilt_command`) in
+    ``work``; the evaluation's row goes to ``work/results``. Returns the new row."""
+    commands = row.commands or ([rebuilt] if (rebuilt := rebuilt_command(row)) else [])
+    if not commands:
         raise InvalidArgument(
             f"the row of {row.model} on {row.env_id} (git {row.git_sha[:7]}, {row.date}) records no command: it was "
             "written before rows recorded theirs. Re-run its training and evaluation once (python -m trainers.sft "
             "... then python -m leaderboards.evaluate --model FOLDER --label NAME) and commit that row instead."
         )
-    *training, evaluation = row.commands
+    if not row.commands:
+        print(f"[reproduce] {row.model} on {row.env_id}: the row predates recorded commands; its evaluation command "
+              "is rebuilt from the row's fields", flush=True)  # fmt: skip
+    *training, evaluation = commands
     results = work / "results"
     final = [*replay_argv(evaluation, work), "--results-dir", str(results), "--no-tables"]
     commands = [replay_argv(c, work) for c in training] + [final]
@@ -119,7 +144,7 @@ def reproduce_row(row: ResultRow, work: Path, *, dry_run: bool = False) -> Resul
         for c in commands:
             print(" ".join(["python", *c[1:]] if c[0] == sys.executable else c))
         return None
-    if any(WORK in token for c in row.commands for token in c) and work.exists() and any(work.iterdir()):
+    if any(WORK in token for c in commands for token in c) and work.exists() and any(work.iterdir()):
         raise InvalidArgument(f"--work-dir {work} is not empty; give a new folder so no earlier run is reused.")
     from leaderboards.experiments import call_logged
 

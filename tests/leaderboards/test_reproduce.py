@@ -101,9 +101,28 @@ def test_an_experiment_run_replays_through_the_grid_runner(tmp_path, tiny_model_
     assert "is not a run of tiny; its runs: warm_start, or/seed0" in capsys.readouterr().err
 
 
+def test_an_older_row_of_a_scripted_policy_is_replayed_from_its_own_fields(tmp_path, capsys):
+    results = tmp_path / "results"
+    E.main(["--env", ENV, "--model", "scripted:wrong", "--episodes", "5", "--seed", "4", "--trials", "2",
+            "--no-tables", "--results-dir", str(results)])  # fmt: skip
+    row = rows(results)[-1]
+    row.pop("commands")  # as the rows written before commands were recorded
+    (results / "Arithmetic-v0.jsonl").write_text(json.dumps(row) + "\n")
+    rebuilt = R.rebuilt_command(R.load_row(results / "Arithmetic-v0.jsonl", 1))
+    assert rebuilt[:7] == ["python", "-m", "leaderboards.evaluate", "--env", ENV, "--model", "scripted:wrong"]
+    assert rebuilt[rebuilt.index("--trials") + 1] == "2" and rebuilt[rebuilt.index("--seed") + 1] == "4"
+    capsys.readouterr()
+    assert R.main([f"{results}/Arithmetic-v0.jsonl:1", "--work-dir", str(tmp_path / "w")]) == 0
+    out = capsys.readouterr().out
+    assert "rebuilt from the row's fields" in out and "REPRODUCED" in out and "NOT" not in out
+    new = json.loads((tmp_path / "w" / "reproduce.json").read_text())["reproduced_row"]
+    assert (new["episodes"], new["trials"], new["seed"], new["metrics"]) == (5, 2, 4, row["metrics"])
+
+
 def test_rows_without_commands_and_bad_references_fail_with_the_fix(tmp_path, capsys):
     old = json.loads((REPO / "leaderboards/results/WikiTwoTurn-v0.jsonl").read_text().splitlines()[0])
     old.pop("commands", None)
+    old["model"] = "smollm2+sft"  # trained, and its training was not recorded: nothing to rebuild
     (tmp_path / "WikiTwoTurn-v0.jsonl").write_text(json.dumps(old) + "\n")
     for argv, message in [
         ([f"{tmp_path}/WikiTwoTurn-v0.jsonl:1"], "records no command"),
