@@ -4,6 +4,7 @@
     python -m leaderboards.reproduce leaderboards/results/WikiTwoTurn-v1.jsonl --model smollm2+sft   # its last row
     python -m leaderboards.reproduce experiments/wiki_mtgrpo.toml --run mt_grpo/seed0   # one run of a grid
     python -m leaderboards.reproduce experiments/wiki_mtgrpo.toml --run warm_start      # a grid's warm start
+    python -m leaderboards.reproduce experiments/wiki_recipe_sweep.toml --run warm_start_seed1  # a check seed
     ... --dry-run                                        # print the commands, run nothing
 
 **A leaderboard row** holds ``commands``: the training that made the evaluated folder (``python -m trainers.sft``,
@@ -164,14 +165,18 @@ def reproduce_run(
 
     spec = X.load_spec(spec_path)
     committed_root = Path(X.RUNS_DIR) if committed_root is None else committed_root
+    checks = {out.name: (seed, out) for seed, out in spec.check_dirs(work)}
+    run, check_seed = None, None
     if name == "warm_start":
         committed_dir, new_dir = spec.warm_dir(committed_root), spec.warm_dir(work)
-        run = None
+    elif name in checks:
+        check_seed, new_dir = checks[name]
+        committed_dir = committed_root / spec.name / name
     else:
         runs = {f"{r.arm.name}/seed{r.seed}": r for r in spec.runs(work)}
         if name not in runs:
             raise InvalidArgument(
-                f"--run {name!r} is not a run of {spec.name}; its runs: warm_start, {', '.join(runs)}."
+                f"--run {name!r} is not a run of {spec.name}; its runs: warm_start, {', '.join([*checks, *runs])}."
             )
         run = runs[name]
         committed_dir, new_dir = committed_root / spec.name / name, run.out_dir
@@ -186,9 +191,12 @@ def reproduce_run(
         return committed[-1], None
     if new_dir.exists() and (new_dir / X.DONE).is_file():
         raise InvalidArgument(f"{new_dir} already holds a finished run; give a new --work-dir.")
-    warm = X.build_warm_start(spec, work)
-    if run is not None:
-        X.play_run(spec, run, warm)
+    if check_seed is not None:
+        X.build_warm_start(spec, work, out=new_dir, seed=check_seed)
+    else:
+        warm = X.build_warm_start(spec, work)
+        if run is not None:
+            X.play_run(spec, run, warm)
     rows = [r for r in read_rows(new_dir / "final-eval") if r.env_id == spec.env[0]]
     return committed[-1], rows[-1] if rows else None
 
@@ -215,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m leaderboards.reproduce", description=__doc__.split("\n\n")[0])
     parser.add_argument("target", help="RESULTS.jsonl:LINE, RESULTS.jsonl with --model, or an experiment spec .toml")
     parser.add_argument("--model", help="with a results file: its last row of this model (e.g. smollm2+sft)")
-    parser.add_argument("--run", help="with a spec: ARM/seedK or warm_start")
+    parser.add_argument("--run", help="with a spec: ARM/seedK, warm_start or warm_start_seedK (a check seed)")
     parser.add_argument("--metric", action="append", help="decide on this metric only (repeatable; default: all)")
     parser.add_argument("--work-dir", help=f"fresh folder for the replay (default {DEFAULT_WORK}/<target>-<time>)")
     parser.add_argument(

@@ -90,15 +90,21 @@ def test_a_trained_folder_carries_its_chain_into_the_row_and_the_replay_matches(
 
 
 def test_an_experiment_run_replays_through_the_grid_runner(tmp_path, tiny_model_dir, capsys):
-    spec = write_tiny_spec(tmp_path / "tiny.toml", tiny_model_dir, steps=1)
+    spec = write_tiny_spec(tmp_path / "tiny.toml", tiny_model_dir, steps=1, check_seeds=(1,))
     committed = tmp_path / "committed"
     assert experiments_main(["run", str(spec), "--runs-dir", str(committed)]) == 0
     code = R.main([str(spec), "--run", "or/seed0", "--runs-dir", str(committed), "--work-dir", str(tmp_path / "w")])
     assert code == 0, capsys.readouterr().out
     assert (tmp_path / "w" / "tiny" / "or" / "seed0" / "DONE.json").is_file()
+    code = R.main([str(spec), "--run", "warm_start_seed1", "--runs-dir", str(committed), "--work-dir",
+                   str(tmp_path / "w2")])  # fmt: skip
+    assert code == 0 and "REPRODUCED" in capsys.readouterr().out
+    replayed = json.loads((tmp_path / "w2" / "tiny" / "warm_start_seed1" / "run.json").read_text())["command"]
+    assert replayed[replayed.index("--seed") + 1] == "1"
+    assert not (tmp_path / "w2" / "tiny" / "warm_start").exists()  # a check seed is built alone
     with pytest.raises(SystemExit):
         R.main([str(spec), "--run", "and/seed0", "--runs-dir", str(committed)])
-    assert "is not a run of tiny; its runs: warm_start, or/seed0" in capsys.readouterr().err
+    assert "is not a run of tiny; its runs: warm_start, warm_start_seed1, or/seed0" in capsys.readouterr().err
 
 
 def test_an_older_row_of_a_scripted_policy_is_replayed_from_its_own_fields(tmp_path, capsys):
