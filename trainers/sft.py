@@ -31,7 +31,8 @@ rest of the run decides. With the reference policy alone that token has one answ
 greedy on the 64 held-out tasks of ``leaderboards.evaluate --seed 12345``, vLLM): tool in turn 1 on 64/64 for
 each of SFT seeds 0, 1, 2; EM 0.406 [0.281, 0.531], 0.438 [0.312, 0.562], 0.453 [0.328, 0.562]. Seed 0 rebuilt
 on another machine of the same kind: EM 0.391 [0.281, 0.500] (one task fewer; threaded bf16 training on the CPU
-is not bit-identical across machines), the committed ``smollm2+sft`` row, whose ``commands`` replay it.
+is not bit-identical across machines), the committed ``smollm2+sft`` row, whose ``commands`` replay it (replayed:
+0.391 again); seeds 1 and 2 there (``experiments/wiki_recipe_sweep.toml``'s check seeds): 0.469, 0.453, 64/64.
 
 Other env families change some defaults (:data:`FAMILY_DEFAULTS`; a flag given wins).
 
