@@ -878,7 +878,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         nargs="+",
         default=(),
         metavar="ARM[/seedK]",
-        help="run: play only these arms (every seed) or runs, e.g. --only recipe/seed1 (default: the whole grid)",
+        help="run: play only these arms (every seed) or runs, e.g. --only lr1e-5/seed1 "
+        "(default: the whole grid and the warm start's check seeds)",
     )
     args = parser.parse_args(argv)
     try:
