@@ -713,13 +713,17 @@ def aggregate(spec: Spec, root: Path, out: Path) -> dict[str, Any]:
     warm_done = spec.warm_start is not None and run_state(spec.warm_dir(root)) == "done"
     base = task_values(spec.warm_dir(root), spec.eval.paired) if spec.eval.paired and warm_done else None
     for arm, cells in groups:
+        is_warm = arm.startswith("warm start")  # the warm start and its check seeds: no costs, curves or Δ
+        paired = bool(spec.eval.paired) and not is_warm and base is not None
         finals: dict[str, list[dict]] = {}
         cost_rows: list[dict[str, float]] = []
+        arm_records: list[dict[str, Any]] = []
+        per_task: list[dict[int, float] | None] = []  # the paired metric per task, per finished run
         for seed, run_dir in cells:
             if run_state(run_dir) != "done":
                 continue
             rows = read_jsonl(run_dir / "metrics.jsonl")
-            if not arm.startswith("warm start"):
+            if not is_warm:
                 metrics[(arm, seed)] = rows
             final = {}
             for row in _final_rows(run_dir):
@@ -728,17 +732,20 @@ def aggregate(spec: Spec, root: Path, out: Path) -> dict[str, Any]:
                     final[key if len(spec.env) == 1 else f"{env_name}/{key}"] = m
             for key, m in final.items():
                 finals.setdefault(key, []).append(m)
-            cost = costs(rows) if not arm.startswith("warm start") else {}
+            cost = {} if is_warm else costs(rows)
             cost_rows.append(cost)
+            if paired:
+                per_task.append(task_values(run_dir, spec.eval.paired))
             record = json.loads((run_dir / "run.json").read_text())
             config_path = run_dir / "config.json"
-            records.append({
+            arm_records.append({
                 "spec": spec.name, "arm": arm, "strategy": record.get("strategy", "sft"), "seed": seed,
                 "git_sha": json.loads((run_dir / DONE).read_text())["git_sha"],
                 "attempts": record["attempts"], "command": record["command"],
                 "config": json.loads(config_path.read_text()) if config_path.is_file() else {},
                 "final_eval": final, "costs": cost,
             })  # fmt: skip
+        records += arm_records
         if not cost_rows:
             continue
         entry: dict[str, Any] = {key: arm_metric(values) for key, values in finals.items()}
@@ -747,17 +754,12 @@ def aggregate(spec: Spec, root: Path, out: Path) -> dict[str, Any]:
             if values:
                 entry[header] = float(np.mean(values))
         entry["runs"] = len(cost_rows)
-        if spec.eval.paired and not arm.startswith("warm start") and base is not None:
-            per_run = [
-                (seed, task_values(run_dir, spec.eval.paired))
-                for seed, run_dir in cells
-                if run_state(run_dir) == "done"
-            ]
-            if all(v is not None for _seed, v in per_run):
-                entry[PAIRED] = paired_delta([v for _seed, v in per_run if v is not None], base)
-                entry[PER_SEED] = [(seed, paired_delta([v], base)) for seed, v in per_run if v is not None]
-                for rec in records[-len(per_run) :]:
-                    rec["paired_delta"] = dict(entry[PER_SEED])[rec["seed"]]
+        if paired and all(v is not None for v in per_task):
+            runs_tasks = [v for v in per_task if v is not None]
+            entry[PAIRED] = paired_delta(runs_tasks, base)
+            for rec, tasks in zip(arm_records, runs_tasks, strict=True):
+                rec["paired_delta"] = paired_delta([tasks], base)
+            entry[PER_SEED] = [(rec["seed"], rec["paired_delta"]) for rec in arm_records]
         table[arm] = entry
     with open(out / "runs.jsonl", "w") as f:
         for rec in records:

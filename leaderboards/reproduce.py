@@ -108,20 +108,28 @@ def load_row(file: Path, line: int) -> ResultRow:
 
 def rebuilt_command(row: ResultRow) -> list[str] | None:
     """The evaluation command of a row written before rows recorded theirs, rebuilt from the row's own fields
-    (env, kwargs, model, engine, tasks, trials, seed, temperature and budgets) when its model needs no training: a
-    scripted policy or the bundled ``smollm2``. ``None`` for a trained model (its training was not recorded)."""
-    if not (row.model.startswith("scripted:") or row.model == "smollm2"):
+    (env, kwargs, model, engine, tasks, trials, seed, temperature and budgets) the way :mod:`leaderboards.evaluate`
+    records its own (:func:`~leaderboards.evaluate.eval_command`), when its model needs no training: a scripted
+    policy or the bundled ``smollm2``. ``None`` for a trained model (its training was not recorded)."""
+    from leaderboards.evaluate import EvalConfig, eval_command
+    from trainers.config import config_argv
+
+    scripted = row.model.startswith("scripted:")
+    if not (scripted or row.model == "smollm2"):
         return None
-    cmd = ["python", "-m", "leaderboards.evaluate", "--env", row.env_id, "--model", row.model,
-           "--episodes", str(row.episodes), "--trials", str(row.trials), "--seed", str(row.seed)]  # fmt: skip
-    if not row.model.startswith("scripted:"):  # a scripted row records 0 for the model's sampling and budgets
-        cmd += ["--temperature", str(row.temperature), "--max-new-tokens", str(row.max_new_tokens),
-                "--max-turns", str(row.max_turns)]  # fmt: skip
-    if row.engine in ("vllm", "transformers"):
-        cmd += ["--engine", row.engine]
-    for key, value in sorted(row.env_kwargs.items()):
-        cmd += ["--env-kwarg", f"{key}={json.dumps(value)}"]
-    return cmd
+    model = {} if scripted else {  # a scripted row records 0 for the model's sampling and budgets
+        "temperature": row.temperature, "max_new_tokens": row.max_new_tokens, "max_turns": row.max_turns,
+        "engine": row.engine}  # fmt: skip
+    kwargs = [f"{k}={json.dumps(v)}" for k, v in sorted(row.env_kwargs.items())]
+    cfg = EvalConfig(env=row.env_id, model=row.model, episodes=row.episodes, trials=row.trials, seed=row.seed,
+                     env_kwarg=kwargs, **model)  # fmt: skip
+    (command,) = eval_command(cfg, config_argv(cfg))
+    return command
+
+
+def _shown(cmd: Sequence[str]) -> str:
+    """A command as a user would type it (``python``, not this interpreter's path)."""
+    return " ".join(["python", *cmd[1:]] if cmd[0] == sys.executable else cmd)
 
 
 def reproduce_row(row: ResultRow, work: Path, *, dry_run: bool = False) -> ResultRow | None:
@@ -143,14 +151,14 @@ def reproduce_row(row: ResultRow, work: Path, *, dry_run: bool = False) -> Resul
     commands = [replay_argv(c, work) for c in training] + [final]
     if dry_run:
         for c in commands:
-            print(" ".join(["python", *c[1:]] if c[0] == sys.executable else c))
+            print(_shown(c))
         return None
     if any(WORK in token for c in commands for token in c) and work.exists() and any(work.iterdir()):
         raise InvalidArgument(f"--work-dir {work} is not empty; give a new folder so no earlier run is reused.")
     from leaderboards.experiments import call_logged
 
     for c in commands:
-        print("+ " + " ".join(["python", *c[1:]] if c[0] == sys.executable else c), flush=True)
+        print("+ " + _shown(c), flush=True)
         call_logged(c, work / "log.txt")
     rows = read_rows(results) if results.is_dir() else []
     return rows[-1] if rows else None
