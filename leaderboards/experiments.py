@@ -90,6 +90,7 @@ RUNS_DIR = "experiments/runs"  # committed: every run's results (weights and che
 AGGREGATES_DIR = Path("leaderboards/experiments")  # the committed grids' curves and tables
 PAIRED = "paired_delta"  # the table entry of an arm's paired change from the warm start
 PER_SEED = "paired_per_seed"  # per run of an arm: (seed, its paired change over the tasks)
+VERSUS = "paired_versus"  # the table entry of an arm's paired change from the spec's ``[eval] versus`` arm
 COST_COLUMNS = (  # (table header, metrics.jsonl key, how steps combine)
     ("wall s", "perf/step_seconds", "sum"),
     ("rollout s", "rollout/seconds", "sum"),
@@ -134,13 +135,16 @@ class EvalSpec:
     """Held-out greedy evaluation: ``tasks`` tasks drawn by ``seed`` with ``env_kwargs`` over the family's held-out
     kwargs; ``every`` N steps inside training (0 = only the final evaluation); ``paired``: an episode metric
     (``env/exact_match``) whose change from the warm start the table gives per arm, paired on the same tasks
-    (:func:`paired_delta`, from the final evaluations' transcripts)."""
+    (:func:`paired_delta`, from the final evaluations' transcripts); ``versus``: an arm (the recipe) that every
+    other arm is also compared with on the same ``paired`` metric, seeds and tasks (an ablation's effect: one
+    ingredient off against the recipe; a strategy against the recipe's)."""
 
     tasks: int = 64
     seed: int = 12_345
     every: int = 0
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
     paired: str | None = None
+    versus: str | None = None
 
 
 @dataclass(frozen=True)
@@ -278,8 +282,16 @@ def load_spec(path: str | Path) -> Spec:
                                   f"warm start's own seed {args.get('seed', 0)}, e.g. [1, 2].")  # fmt: skip
         warm = WarmStart(table.get("module", "trainers.sft"), args, tuple(check))
     ev = dict(data.get("eval", {}))
-    _check_fields(f"{where} [eval]", list(ev), {k: None for k in ("tasks", "seed", "every", "env_kwargs", "paired")})
+    eval_keys = ("tasks", "seed", "every", "env_kwargs", "paired", "versus")
+    _check_fields(f"{where} [eval]", list(ev), {k: None for k in eval_keys})
     eval_spec = EvalSpec(**ev)
+    if eval_spec.versus is not None:
+        names = [arm.name for arm in arms]
+        if eval_spec.versus not in names:
+            raise InvalidArgument(f"{where} [eval]: versus={eval_spec.versus!r} names no arm; the arms: {names}.")
+        if not eval_spec.paired:
+            raise InvalidArgument(f"{where} [eval]: versus={eval_spec.versus!r} compares arms on the paired metric; "
+                                  "set paired = 'env/...' (an episode metric) too.")  # fmt: skip
     if eval_spec.tasks < 1 or eval_spec.every < 0:
         raise InvalidArgument(f"{where} [eval]: tasks={eval_spec.tasks} must be >= 1 and every={eval_spec.every} >= 0.")
     if eval_spec.every and "eval_every" not in rl:
@@ -663,17 +675,27 @@ def task_values(run_dir: Path, key: str) -> dict[int, float] | None:
     return {t: float(np.mean(v)) for t, v in per_task.items()}
 
 
-def paired_delta(arm: Sequence[Mapping[int, float]], base: Mapping[int, float], seed: int = 0) -> dict[str, float]:
+def paired_delta(
+    arm: Sequence[Mapping[int, float]],
+    base: Mapping[int, float] | Sequence[Mapping[int, float]],
+    seed: int = 0,
+) -> dict[str, float]:
     """The arm's mean change from ``base`` on the same tasks, ``mean_s mean_t (arm[s][t] - base[t])``, with a 95%
     hierarchical percentile bootstrap (seeds resampled, then tasks): the paired comparison a CI per arm cannot make
-    (two arms' CIs over tasks overlap even when one beats the other on most tasks).
+    (two arms' CIs over tasks overlap even when one beats the other on most tasks). ``base`` is one run (the warm
+    start) or one per run of ``arm`` (another arm's run of the same seed: ``base[s]``).
 
     ``paired_delta([{0: 1, 1: 1}], {0: 0, 1: 1})`` -> estimate 0.5 (task 0 gained, task 1 unchanged).
     """
-    tasks = sorted(base)
-    if not arm or any(sorted(a) != tasks for a in arm):
-        raise InvalidArgument("paired_delta needs every run evaluated on the warm start's tasks.")
-    diffs = np.array([[a[t] - base[t] for t in tasks] for a in arm])  # (seeds, tasks)
+    bases = [base] * len(arm) if isinstance(base, Mapping) else list(base)
+    if len(bases) != len(arm):
+        raise InvalidArgument(
+            f"paired_delta: {len(arm)} runs against {len(bases)} base runs; give one base or one per run."
+        )
+    tasks = sorted(bases[0]) if bases else []
+    if not arm or any(sorted(a) != tasks or sorted(b) != tasks for a, b in zip(arm, bases, strict=True)):
+        raise InvalidArgument("paired_delta needs every run evaluated on the same tasks as its base.")
+    diffs = np.array([[a[t] - b[t] for t in tasks] for a, b in zip(arm, bases, strict=True)])  # (seeds, tasks)
     rng = np.random.default_rng(seed)
     n_s, n_t = diffs.shape
     boots = np.empty(BOOTSTRAP_SAMPLES)
@@ -712,6 +734,7 @@ def aggregate(spec: Spec, root: Path, out: Path) -> dict[str, Any]:
     table: dict[str, dict[str, Any]] = {}
     warm_done = spec.warm_start is not None and run_state(spec.warm_dir(root)) == "done"
     base = task_values(spec.warm_dir(root), spec.eval.paired) if spec.eval.paired and warm_done else None
+    seed_tasks: dict[str, dict[int, dict[int, float]]] = {}  # arm -> seed -> the paired metric per task
     for arm, cells in groups:
         is_warm = arm.startswith("warm start")  # the warm start and its check seeds: no costs, curves or Δ
         paired = bool(spec.eval.paired) and not is_warm and base is not None
@@ -736,6 +759,8 @@ def aggregate(spec: Spec, root: Path, out: Path) -> dict[str, Any]:
             cost_rows.append(cost)
             if paired:
                 per_task.append(task_values(run_dir, spec.eval.paired))
+                if per_task[-1] is not None:
+                    seed_tasks.setdefault(arm, {})[seed] = per_task[-1]
             record = json.loads((run_dir / "run.json").read_text())
             config_path = run_dir / "config.json"
             arm_records.append({
@@ -761,6 +786,14 @@ def aggregate(spec: Spec, root: Path, out: Path) -> dict[str, Any]:
                 rec["paired_delta"] = paired_delta([tasks], base)
             entry[PER_SEED] = [(rec["seed"], rec["paired_delta"]) for rec in arm_records]
         table[arm] = entry
+    versus = spec.eval.versus
+    for arm, by_seed in seed_tasks.items():  # each arm against the versus arm, on the seeds both finished
+        common = sorted(set(by_seed) & set(seed_tasks.get(versus or "", {})))
+        if versus is not None and arm != versus and common:
+            table[arm][VERSUS] = paired_delta([by_seed[s] for s in common], [seed_tasks[versus][s] for s in common])
+            for rec in records:
+                if rec["arm"] == arm and rec["seed"] in common:
+                    rec[VERSUS] = {versus: paired_delta([by_seed[rec["seed"]]], seed_tasks[versus][rec["seed"]])}
     with open(out / "runs.jsonl", "w") as f:
         for rec in records:
             f.write(json.dumps(rec, sort_keys=True) + "\n")
@@ -779,7 +812,8 @@ def aggregate(spec: Spec, root: Path, out: Path) -> dict[str, Any]:
 
 def render_table(spec: Spec, table: Mapping[str, Mapping[str, Any]]) -> str:
     """Markdown: one row per arm, the held-out metrics as ``mean [low, high]``, then the cost columns."""
-    metric_keys = sorted({k for entry in table.values() for k, v in entry.items() if isinstance(v, dict)} - {PAIRED})
+    metric_keys = sorted({k for entry in table.values() for k, v in entry.items() if isinstance(v, dict)}
+                         - {PAIRED, VERSUS})  # fmt: skip
     paired = [PAIRED] if any(PAIRED in e for e in table.values()) else []
     cost_keys = [h for h, _k, _how in COST_COLUMNS if any(h in e for e in table.values())]
     head = ["arm", "runs", *metric_keys, *[f"Δ {spec.eval.paired} vs warm start (paired)" for _ in paired], *cost_keys]
@@ -813,6 +847,18 @@ def render_table(spec: Spec, table: Mapping[str, Mapping[str, Any]]) -> str:
         cells = [f"{arm}: {row.model}", f"**reported** ({row.source})"]
         cells += [_reported_cell(row.values.get(key)) for key in metric_keys]
         lines.append("| " + " | ".join(cells + [""] * (len(paired) + len(cost_keys))) + " |")
+    versus = [(arm, e[VERSUS]) for arm, e in table.items() if VERSUS in e]
+    if versus:
+        lines += [
+            "",
+            f"Against {spec.eval.versus}: each arm's Δ {spec.eval.paired} from the {spec.eval.versus} run of the same "
+            "seed, paired over the same tasks [95% bootstrap over seeds and tasks] (seeds: those both arms finished).",
+            "",
+            f"| arm | seeds | Δ vs {spec.eval.versus} (paired) |",
+            "|---|---|---|",
+        ]
+        for arm, m in versus:
+            lines.append(f"| {arm} | {m['seeds']} | {m['estimate']:+.3f} [{m['low']:+.3f}, {m['high']:+.3f}] |")
     seeded = [(arm, e[PER_SEED]) for arm, e in table.items() if len(e.get(PER_SEED, ())) > 1]
     if seeded:
         intro = f"Per run (arms with several seeds): Δ {spec.eval.paired} from the warm start, paired over the same"

@@ -71,6 +71,10 @@ def test_flags_render_toml_values_as_cli_options():
          'stage = 0\n', "stage=0 must be an int >= 1"),
         ('name = "x"\ntrainer = "grpo"\nenv = "TurnRL/Arithmetic-v0"\nseeds = [0]\n[warm_start]\ncheck_seeds = [0]\n'
          '[arms.a]\nstrategy = "grpo_or"\n', r"check_seeds=\[0\] must be distinct ints other than the warm"),
+        ('name = "x"\ntrainer = "grpo"\nenv = "TurnRL/Arithmetic-v0"\nseeds = [0]\n[eval]\npaired = "env/success"\n'
+         'versus = "recipe"\n[arms.a]\nstrategy = "grpo_or"\n', r"versus='recipe' names no arm; the arms: \['a'\]"),
+        ('name = "x"\ntrainer = "grpo"\nenv = "TurnRL/Arithmetic-v0"\nseeds = [0]\n[eval]\nversus = "a"\n'
+         '[arms.a]\nstrategy = "grpo_or"\n', "set paired = 'env/...'"),
     ],
 )  # fmt: skip
 def test_spec_errors_name_the_key_and_the_fix(tmp_path, text, message):
@@ -185,8 +189,13 @@ def test_paired_delta_by_hand_and_its_bootstrap_over_seeds_and_tasks():
     # every task gains 1 in one seed and 0 in the other: a task bootstrap alone would give no width
     split = paired_delta([{t: v + 1 for t, v in base.items()}, dict(base)], base)
     assert split["estimate"] == 0.5 and split["low"] == 0.0 and split["high"] == 1.0
-    with pytest.raises(InvalidArgument, match="warm start's tasks"):
+    with pytest.raises(InvalidArgument, match="same tasks as its base"):
         paired_delta([{0: 1.0}], base)
+    # one base per run (another arm's run of the same seed): seed 0 loses task 0, seed 1 gains tasks 2 and 3
+    per_run = paired_delta([{0: 0.0, 1: 1.0}, {0: 1.0, 1: 1.0}], [{0: 1.0, 1: 1.0}, {0: 0.0, 1: 0.0}])
+    assert per_run["estimate"] == pytest.approx((-0.5 + 1.0) / 2) and per_run["seeds"] == 2
+    with pytest.raises(InvalidArgument, match="2 runs against 1 base runs"):
+        paired_delta([base, base], [base])
 
 
 def test_arm_seeds_and_only_pick_runs_and_name_the_grid_on_a_typo(tmp_path, capsys):
@@ -216,7 +225,7 @@ def _transcripts(run_dir: Path, values: list[float]) -> None:
 
 def test_aggregate_gives_each_seeds_paired_change_beside_the_arms(tmp_path):
     text = (f'name = "cmp"\ntrainer = "grpo"\nenv = "{ENV}"\nseeds = [0, 1]\n[warm_start.args]\nepisodes = 4\n'
-            '[eval]\ntasks = 4\npaired = "env/success"\n[arms.a]\nstrategy = "grpo_or"\n[arms.b]\n'
+            '[eval]\ntasks = 4\npaired = "env/success"\nversus = "a"\n[arms.a]\nstrategy = "grpo_or"\n[arms.b]\n'
             'strategy = "grpo_or"\nseeds = [0]\n')  # fmt: skip
     spec = load_spec(_write(tmp_path / "s.toml", text))
     root = tmp_path / "runs"
@@ -236,6 +245,11 @@ def test_aggregate_gives_each_seeds_paired_change_beside_the_arms(tmp_path):
     assert "| b | 0 |" not in md  # one run: the arm's row already is that run's
     rows = {(r["arm"], r["seed"]): r for r in map(json.loads, (tmp_path / "agg" / "runs.jsonl").open())}
     assert rows[("a", 1)]["paired_delta"]["estimate"] == 0.0 and rows[("b", 0)]["paired_delta"]["estimate"] == 0.25
+    # versus = "a": b's seed 0 against a's seed 0 (tasks 2 and 3 lost), on the one seed both played; a has none
+    assert table["b"]["paired_versus"]["estimate"] == -0.5 and table["b"]["paired_versus"]["seeds"] == 1
+    assert "paired_versus" not in table["a"] and "paired_versus" not in rows[("a", 0)]
+    assert rows[("b", 0)]["paired_versus"]["a"]["estimate"] == -0.5
+    assert "Against a: each arm's Δ env/success" in md and "| b | 1 | -0.500 [" in md
 
 
 def test_a_changed_spec_refuses_to_resume_a_started_run(tmp_path):
