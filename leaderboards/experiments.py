@@ -786,14 +786,14 @@ def aggregate(spec: Spec, root: Path, out: Path) -> dict[str, Any]:
                 rec["paired_delta"] = paired_delta([tasks], base)
             entry[PER_SEED] = [(rec["seed"], rec["paired_delta"]) for rec in arm_records]
         table[arm] = entry
-    versus = spec.eval.versus
-    for arm, by_seed in seed_tasks.items():  # each arm against the versus arm, on the seeds both finished
-        common = sorted(set(by_seed) & set(seed_tasks.get(versus or "", {})))
-        if versus is not None and arm != versus and common:
-            table[arm][VERSUS] = paired_delta([by_seed[s] for s in common], [seed_tasks[versus][s] for s in common])
+    versus = seed_tasks.get(spec.eval.versus or "", {})  # the versus arm's finished runs: seed -> per task
+    for arm, by_seed in seed_tasks.items():  # each other arm against it, on the seeds both finished
+        common = sorted(set(by_seed) & set(versus))
+        if arm != spec.eval.versus and common:
+            table[arm][VERSUS] = paired_delta([by_seed[s] for s in common], [versus[s] for s in common])
             for rec in records:
                 if rec["arm"] == arm and rec["seed"] in common:
-                    rec[VERSUS] = {versus: paired_delta([by_seed[rec["seed"]]], seed_tasks[versus][rec["seed"]])}
+                    rec[VERSUS] = {spec.eval.versus: paired_delta([by_seed[rec["seed"]]], versus[rec["seed"]])}
     with open(out / "runs.jsonl", "w") as f:
         for rec in records:
             f.write(json.dumps(rec, sort_keys=True) + "\n")
