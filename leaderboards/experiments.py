@@ -741,7 +741,7 @@ def aggregate(spec: Spec, root: Path, out: Path) -> dict[str, Any]:
         finals: dict[str, list[dict]] = {}
         cost_rows: list[dict[str, float]] = []
         arm_records: list[dict[str, Any]] = []
-        per_task: list[dict[int, float] | None] = []  # the paired metric per task, per finished run
+        arm_tasks: dict[int, dict[int, float] | None] = {}  # seed -> the paired metric per task, per finished run
         for seed, run_dir in cells:
             if run_state(run_dir) != "done":
                 continue
@@ -758,9 +758,7 @@ def aggregate(spec: Spec, root: Path, out: Path) -> dict[str, Any]:
             cost = {} if is_warm else costs(rows)
             cost_rows.append(cost)
             if paired:
-                per_task.append(task_values(run_dir, spec.eval.paired))
-                if per_task[-1] is not None:
-                    seed_tasks.setdefault(arm, {})[seed] = per_task[-1]
+                arm_tasks[seed] = task_values(run_dir, spec.eval.paired)
             record = json.loads((run_dir / "run.json").read_text())
             config_path = run_dir / "config.json"
             arm_records.append({
@@ -779,11 +777,11 @@ def aggregate(spec: Spec, root: Path, out: Path) -> dict[str, Any]:
             if values:
                 entry[header] = float(np.mean(values))
         entry["runs"] = len(cost_rows)
-        if paired and all(v is not None for v in per_task):
-            runs_tasks = [v for v in per_task if v is not None]
-            entry[PAIRED] = paired_delta(runs_tasks, base)
-            for rec, tasks in zip(arm_records, runs_tasks, strict=True):
-                rec["paired_delta"] = paired_delta([tasks], base)
+        if paired and None not in arm_tasks.values():
+            seed_tasks[arm] = {seed: tasks for seed, tasks in arm_tasks.items() if tasks is not None}
+            entry[PAIRED] = paired_delta(list(seed_tasks[arm].values()), base)
+            for rec in arm_records:
+                rec["paired_delta"] = paired_delta([seed_tasks[arm][rec["seed"]]], base)
             entry[PER_SEED] = [(rec["seed"], rec["paired_delta"]) for rec in arm_records]
         table[arm] = entry
     versus = seed_tasks.get(spec.eval.versus or "", {})  # the versus arm's finished runs: seed -> per task
