@@ -48,7 +48,8 @@ it started (the spec was edited) stops the runner instead of mixing two configs.
 
 **Aggregation** reads every run's ``metrics.jsonl`` and final evaluation: per arm and step, the mean over seeds and
 a 95% percentile-bootstrap band over seeds (``curves_eval.png`` for the in-training ``eval/...`` keys,
-``curves_train.png`` for the training rollouts' ``reward/...`` and ``env/...``); per arm, the held-out metrics'
+``curves_train.png`` for the training rollouts' ``reward/...`` and ``env/...``; a grid with stages gets one pair per
+stage, each later one ``_stage2``, ``_stage3`` ... beside the ``versus`` arm); per arm, the held-out metrics'
 mean over seeds with a 95% bootstrap CI over seeds (with one seed: that run's CI over tasks), and the cost columns
 (wall time split into rollout / update / eval, rollout tokens/s, peak memory) when the metrics carry them;
 ``table.md`` and ``runs.jsonl`` (one row per run: config, seed, git sha, final metrics with CIs, costs).
@@ -718,8 +719,8 @@ def arm_metric(per_seed: Sequence[Mapping[str, float]]) -> dict[str, float]:
 
 
 def aggregate(spec: Spec, root: Path, out: Path) -> dict[str, Any]:
-    """Write ``curves_eval.png``, ``curves_train.png``, ``table.md`` and ``runs.jsonl`` to ``out``; returns the
-    table as ``{arm: {column: value}}``."""
+    """Write ``curves_eval.png``, ``curves_train.png`` (one pair per stage, :func:`stage_figures`), ``table.md``
+    and ``runs.jsonl`` to ``out``; returns the table as ``{arm: {column: value}}``."""
     from trainers.metrics import read_jsonl
 
     out.mkdir(parents=True, exist_ok=True)
@@ -802,10 +803,35 @@ def aggregate(spec: Spec, root: Path, out: Path) -> dict[str, Any]:
         k for k in ("env/tool_called", "env/exact_match", "env/success", "rollout/return")
         if any(k in r for rows in metrics.values() for r in rows)
     ]  # fmt: skip
-    title = spec.title or spec.name
-    plot_curves(metrics, eval_keys, out / "curves_eval.png", f"{title}: held-out, greedy (mean, 95% CI over seeds)")
-    plot_curves(metrics, train_keys, out / "curves_train.png", f"{title}: training rollouts (mean, 95% CI over seeds)")
+    for suffix, label, runs in stage_figures(spec, metrics):
+        title = (spec.title or spec.name) + label
+        plot_curves(
+            runs, eval_keys, out / f"curves_eval{suffix}.png", f"{title}: held-out, greedy (mean, 95% CI over seeds)"
+        )
+        plot_curves(
+            runs, train_keys, out / f"curves_train{suffix}.png", f"{title}: training rollouts (mean, 95% CI over seeds)"
+        )
     return table
+
+
+def stage_figures(
+    spec: Spec, runs: Mapping[tuple[str, int], list[dict]]
+) -> list[tuple[str, str, dict[tuple[str, int], list[dict]]]]:
+    """``(file suffix, title suffix, runs)`` per figure: one for the whole grid when its arms share one stage;
+    otherwise one per stage (the first stage unsuffixed, later ones ``_stage2`` ...), each later stage beside the
+    ``versus`` arm it is compared with, so a grid of twenty arms stays readable."""
+    stage_of = {arm.name: arm.stage for arm in spec.arms}
+    stages = sorted(set(stage_of.values()))
+    if len(stages) < 2:
+        return [("", "", dict(runs))]
+    figures = []
+    for stage in stages:
+        names = {a for a, s in stage_of.items() if s == stage}
+        if stage != stages[0] and spec.eval.versus:
+            names.add(spec.eval.versus)
+        suffix = "" if stage == stages[0] else f"_stage{stage}"
+        figures.append((suffix, f" (stage {stage})", {k: v for k, v in runs.items() if k[0] in names}))
+    return figures
 
 
 def render_table(spec: Spec, table: Mapping[str, Mapping[str, Any]]) -> str:

@@ -29,6 +29,7 @@ from leaderboards.experiments import (
     render_table,
     seed_band,
     select_runs,
+    stage_figures,
     train_command,
 )
 from leaderboards.tables import ResultRow, append_row
@@ -392,3 +393,25 @@ def test_peak_memory_counts_this_process_and_its_children():
         child.kill()
         child.wait()
     assert alone > 0.01 and with_child > alone + 0.18  # the child's 200 MiB (written, so resident) are added
+
+
+def test_a_grid_with_stages_draws_each_stage_beside_the_versus_arm(tmp_path):
+    text = (f'name = "st"\ntrainer = "grpo"\nenv = "{ENV}"\nseeds = [0, 1]\n[eval]\ntasks = 4\n'
+            'paired = "env/success"\nversus = "a"\n[arms.a]\nstrategy = "mt_grpo"\n[arms.b]\nstrategy = "grpo_or"\n'
+            'stage = 2\n[arms.c]\nstrategy = "grpo_mr"\nstage = 3\n')  # fmt: skip
+    spec = load_spec(_write(tmp_path / "s.toml", text))
+    runs = {(arm, seed): [{"step": 1, "eval/env/success": 0.5}] for arm in "abc" for seed in (0, 1)}
+    figures = stage_figures(spec, runs)
+    assert [(suffix, label, sorted({a for a, _ in r})) for suffix, label, r in figures] == [
+        ("", " (stage 1)", ["a"]), ("_stage2", " (stage 2)", ["a", "b"]), ("_stage3", " (stage 3)", ["a", "c"])
+    ]  # fmt: skip
+    root = tmp_path / "runs"
+    for arm in "abc":
+        _fake_run(root / "st" / arm / "seed0", 0, 0.5, [{"step": 1, "eval/env/success": 0.5}])
+    aggregate(spec, root, tmp_path / "agg")
+    assert {p.name for p in (tmp_path / "agg").glob("curves_eval*.png")} == {
+        "curves_eval.png", "curves_eval_stage2.png", "curves_eval_stage3.png"
+    }  # fmt: skip
+    one = f'name = "o"\ntrainer = "grpo"\nenv = "{ENV}"\nseeds = [0]\n[arms.a]\nstrategy = "mt_grpo"\n'
+    one_stage = load_spec(_write(tmp_path / "one.toml", one + '[arms.b]\nstrategy = "grpo_or"\n'))
+    assert [(s, t, len(r)) for s, t, r in stage_figures(one_stage, runs)] == [("", "", 6)]
