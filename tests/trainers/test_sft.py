@@ -23,7 +23,9 @@ def test_parse_policy_mix():
 
 
 def test_family_defaults_apply_per_env_family_and_flags_win():
-    assert parse_sft_config(["--env", "TurnRL/SearchR1-v1"]).policy == "scripted:oracle"
+    search = parse_sft_config(["--env", "TurnRL/SearchR1-v1"])
+    assert (search.policy, search.episodes) == ("scripted:oracle", 256)  # enough two-hop cases to learn when to hop
+    assert parse_sft_config(["--env", "TurnRL/SearchR1-v1", "--warm-start", "weakened"]).episodes == 64
     sokoban = parse_sft_config(["--env", "TurnRL/Sokoban-v1"])
     assert (sokoban.policy, sokoban.episodes, sokoban.epochs) == ("scripted:bfs", 512, 3)
     assert parse_sft_config(["--env", "TurnRL/Sokoban-v1", "--episodes", "64"]).episodes == 64
