@@ -818,8 +818,8 @@ def stage_figures(
     spec: Spec, runs: Mapping[tuple[str, int], list[dict]]
 ) -> list[tuple[str, str, dict[tuple[str, int], list[dict]]]]:
     """``(file suffix, title suffix, runs)`` per figure: one for the whole grid when its arms share one stage;
-    otherwise one per stage (the first stage unsuffixed, later ones ``_stage2`` ...), each later stage beside the
-    ``versus`` arm it is compared with, so a grid of twenty arms stays readable."""
+    otherwise one per stage that has runs (the first stage unsuffixed, later ones ``_stage2`` ...), each later stage
+    beside the ``versus`` arm it is compared with, so a grid of twenty arms stays readable."""
     stage_of = {arm.name: arm.stage for arm in spec.arms}
     stages = sorted(set(stage_of.values()))
     if len(stages) < 2:
@@ -827,6 +827,8 @@ def stage_figures(
     figures = []
     for stage in stages:
         names = {a for a, s in stage_of.items() if s == stage}
+        if stage != stages[0] and not any(arm in names for arm, _seed in runs):
+            continue  # nothing of this stage has run yet: no figure of the versus arm alone
         if stage != stages[0] and spec.eval.versus:
             names.add(spec.eval.versus)
         suffix = "" if stage == stages[0] else f"_stage{stage}"

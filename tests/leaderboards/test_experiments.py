@@ -405,6 +405,8 @@ def test_a_grid_with_stages_draws_each_stage_beside_the_versus_arm(tmp_path):
     assert [(suffix, label, sorted({a for a, _ in r})) for suffix, label, r in figures] == [
         ("", " (stage 1)", ["a"]), ("_stage2", " (stage 2)", ["a", "b"]), ("_stage3", " (stage 3)", ["a", "c"])
     ]  # fmt: skip
+    no_stage3 = {k: v for k, v in runs.items() if k[0] != "c"}
+    assert [suffix for suffix, _label, _runs in stage_figures(spec, no_stage3)] == ["", "_stage2"]
     root = tmp_path / "runs"
     for arm in "abc":
         _fake_run(root / "st" / arm / "seed0", 0, 0.5, [{"step": 1, "eval/env/success": 0.5}])
