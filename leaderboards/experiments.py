@@ -827,11 +827,12 @@ def stage_figures(
     figures = []
     for stage in stages:
         names = {a for a, s in stage_of.items() if s == stage}
-        if stage != stages[0] and not any(arm in names for arm, _seed in runs):
-            continue  # nothing of this stage has run yet: no figure of the versus arm alone
-        if stage != stages[0] and spec.eval.versus:
-            names.add(spec.eval.versus)
-        suffix = "" if stage == stages[0] else f"_stage{stage}"
+        suffix = ""
+        if stage != stages[0]:
+            if not any(arm in names for arm, _seed in runs):
+                continue  # nothing of this stage has run yet: no figure of the versus arm alone
+            names |= {spec.eval.versus} if spec.eval.versus else set()
+            suffix = f"_stage{stage}"
         figures.append((suffix, f" (stage {stage})", {k: v for k, v in runs.items() if k[0] in names}))
     return figures
 
