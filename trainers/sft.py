@@ -48,18 +48,18 @@ choice carried 58% of that token's loss weight; greedy SmolLM2 then searched 0.3
 search again for the second hop) rested on the run, not the question. Greedy on the 64 test questions of
 ``leaderboards.evaluate --seed 0`` (vLLM; 13 of them two-hop), SFT seeds 0 and 1 both answered after one search on
 every question (EM 0.594 [0.469, 0.703] and 0.594 [0.484, 0.704], 0 of 13 two-hop right: the committed row of
-2026-11-23, 0.609 [0.500, 0.719], is the same policy), seed 2 searched again on 33 of 51 one-hop questions and
-never answered 12 of the 13 two-hop ones (EM 0.297 [0.188, 0.406], format 0.75). Not the draw: seed 2's 64
-demonstrations held the fewest two-hop ones (9; seeds 0 and 1: 14 and 10). The two-hop questions say so in their
-wording (*the capital of the country mentioned in the Wikipedia lead of A*), but 9-14 examples do not teach that cue,
-so the search-again token's probability stays near the middle and the run's last batches settle it (seed 2's last
-two losses 0.031 and 0.034, ten times its median). 256 demonstrations hold 46-52 two-hop ones; then the decision
-follows the question: seed 2 (alone on 2 cores: SFT 28 min, NLL 2.12 -> 0.000) searched once on all 51 one-hop
-questions (EM 0.922) and twice on 12 of the 13 two-hop ones (EM 0.462): EM 0.828 [0.734, 0.906], format 1.0,
-retrieval 0.922. Seeds 0 and 1 (``experiments/searchr1_recipe.toml``'s warm start and check seed): EM 0.797 [0.703,
-0.891] and 0.781 [0.672, 0.875], one-hop 0.922 and two-hop 0.308 and 0.231 each, the second search made on 13 and
-13 of 13 (seed 1: a third on 2); SFT 31 and 43 min on a busy machine. As on Sokoban, what teaches a decision is more
-examples of it, not more passes.
+2026-11-23, 0.609 [0.500, 0.719], is the same policy), seed 2 searched again on 33 of 51 one-hop questions and never
+answered 12 of the 13 two-hop ones (EM 0.297 [0.188, 0.406], format 0.75). Not the draw: seed 2's 64 demonstrations
+held the fewest two-hop ones (9; seeds 0 and 1: 14 and 10). The two-hop questions say so in their wording (*the
+capital of the country mentioned in the Wikipedia lead of A*), but 9-14 examples do not teach that cue, so the
+search-again token's probability stays near the middle and the run's last batches settle it (seed 2's last two
+losses 0.031 and 0.034, eight times the median of its last 16, 0.004). 256 demonstrations hold 46-52 two-hop ones;
+then the decision follows the question: seed 2 (alone on 2 cores: SFT 28 min, NLL 2.12 -> 0.000) searched once on
+all 51 one-hop questions (EM 0.922) and twice on 12 of the 13 two-hop ones (EM 0.462): EM 0.828 [0.734, 0.906],
+format 1.0, retrieval 0.922. Seeds 0 and 1 (``experiments/searchr1_recipe.toml``'s warm start and check seed): EM
+0.797 [0.703, 0.891] and 0.781 [0.672, 0.875], one-hop 0.922 and two-hop 0.308 and 0.231 each, the second search
+made on 13 and 13 of 13 (seed 1: a third on 2); SFT 31 and 43 min on a busy machine. As on Sokoban, what teaches a
+decision is more examples of it, not more passes.
 
 **Sokoban**: ``scripted:bfs`` alone (was 70% BFS / 30% random), on 512 rooms (was 64). The same weighting, per
 turn: a random episode opens each of its 3 turns with ``<think>Random moves.`` and has fewer policy tokens (55
