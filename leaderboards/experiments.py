@@ -445,10 +445,13 @@ def call_logged(cmd: Sequence[str], log: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- run
-def build_check_seeds(spec: Spec, root: Path) -> None:
+def build_check_seeds(spec: Spec, root: Path, only: Sequence[str] = ()) -> None:
     """Build and evaluate the warm start's command at each of its ``check_seeds`` not yet done (results only:
-    nothing starts from them, so a committed one is never rebuilt)."""
+    nothing starts from them, so a committed one is never rebuilt); with ``only``, just those it names
+    (``warm_start_seed<k>``)."""
     for seed, out in spec.check_dirs(root):
+        if only and out.name not in only:
+            continue
         if not (out / DONE).is_file():
             build_warm_start(spec, root, out=out, seed=seed)
 
@@ -549,15 +552,17 @@ def play_run(spec: Spec, run: Run, warm: Path | None) -> None:
 
 def select_runs(spec: Spec, root: Path, only: Sequence[str] = ()) -> list[Run]:
     """The grid's runs in play order, or those named by ``only`` (``ARM`` for every seed of an arm, ``ARM/seedK``
-    for one run); an unknown name raises, listing the grid's."""
+    for one run; a warm start's check seed, ``warm_start_seed<k>``, is accepted and selects no run); an unknown
+    name raises, listing the grid's."""
     runs = spec.runs(root)
     if not only:
         return runs
     names = {r.arm.name for r in runs} | {f"{r.arm.name}/seed{r.seed}" for r in runs}
-    unknown = [o for o in only if o not in names]
+    checks = {out.name for _seed, out in spec.check_dirs(root)}
+    unknown = [o for o in only if o not in names | checks]
     if unknown:
         raise InvalidArgument(f"--only {unknown}: not in {spec.path}'s grid; use an arm or ARM/seedK of "
-                              f"{sorted(names)}.")  # fmt: skip
+                              f"{sorted(names | checks)}.")  # fmt: skip
     return [r for r in runs if r.arm.name in only or f"{r.arm.name}/seed{r.seed}" in only]
 
 
@@ -565,8 +570,7 @@ def run_grid(spec: Spec, root: Path, only: Sequence[str] = ()) -> None:
     """Play the warm start and every run not yet done (or those named by ``only``), sequentially."""
     selected = select_runs(spec, root, only)
     warm = build_warm_start(spec, root)
-    if not only:
-        build_check_seeds(spec, root)
+    build_check_seeds(spec, root, only)
     for run in selected:
         if run_state(run.out_dir) == "done":
             print(f"[experiments] {spec.name}/{run.arm.name}/seed{run.seed}: done, skipped", flush=True)
@@ -953,7 +957,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         nargs="+",
         default=(),
         metavar="ARM[/seedK]",
-        help="run: play only these arms (every seed) or runs, e.g. --only lr1e-5/seed1 "
+        help="run: play only these arms (every seed), runs or warm-start check seeds, e.g. --only lr1e-5/seed1 "
         "(default: the whole grid and the warm start's check seeds)",
     )
     args = parser.parse_args(argv)

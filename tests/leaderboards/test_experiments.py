@@ -20,6 +20,7 @@ from leaderboards.experiments import (
     _config_of,
     _start_record,
     aggregate,
+    build_check_seeds,
     curves,
     flags,
     load_spec,
@@ -215,6 +216,14 @@ def test_arm_seeds_and_only_pick_runs_and_name_the_grid_on_a_typo(tmp_path, caps
     with pytest.raises(ValueError, match=r"seeds=\[3\] must be a non-empty subset of the spec's seeds \[0, 1\]"):
         load_spec(_write(tmp_path / "bad.toml", f'name = "g"\ntrainer = "grpo"\nenv = "{ENV}"\nseeds = [0, 1]\n'
                          '[arms.a]\nstrategy = "grpo_or"\nseeds = [3]\n'))  # fmt: skip
+    # a warm start's check seed is named like a run: it selects no run, and only it is built
+    checked = load_spec(_write(tmp_path / "c.toml", f'name = "c"\ntrainer = "grpo"\nenv = "{ENV}"\nseeds = [0]\n'
+                               '[warm_start]\ncheck_seeds = [1, 2]\n[arms.a]\nstrategy = "grpo_or"\n'))  # fmt: skip
+    assert select_runs(checked, tmp_path, ["warm_start_seed2"]) == []
+    with pytest.raises(InvalidArgument, match=r"--only \['warm_start_seed3'\]: .*'warm_start_seed1'"):
+        select_runs(checked, tmp_path, ["warm_start_seed3"])
+    build_check_seeds(checked, tmp_path, ["a/seed0"])  # names no check seed: builds none
+    assert not (tmp_path / "c").exists()
 
 
 def _transcripts(run_dir: Path, values: list[float]) -> None:
