@@ -56,7 +56,8 @@ search-again token's probability stays near the middle and the run's last batche
 losses 0.031 and 0.034, eight times the median of its last 16, 0.004). 256 demonstrations hold 46-52 two-hop ones;
 then the decision follows the question: seed 2 (alone on 2 cores: SFT 28 min, NLL 2.12 -> 0.000) searched once on
 all 51 one-hop questions (EM 0.922) and twice on 12 of the 13 two-hop ones (EM 0.462): EM 0.828 [0.734, 0.906],
-format 1.0, retrieval 0.922. Seeds 0 and 1 (``experiments/searchr1_recipe.toml``'s warm start and check seed): EM
+format 1.0, retrieval 0.922 (the spec's check seed 2 rebuilt it: the same EM and searches, retrieval 0.906, SFT 32
+min). Seeds 0 and 1 (``experiments/searchr1_recipe.toml``'s warm start and check seed): EM
 0.797 [0.703, 0.891] and 0.781 [0.672, 0.875], one-hop 0.922 and two-hop 0.308 and 0.231 each, the second search
 made on 13 and 13 of 13 (seed 1: a third on 2); SFT 31 and 43 min on a busy machine. As on Sokoban, what teaches a
 decision is more examples of it, not more passes.
