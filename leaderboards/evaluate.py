@@ -261,6 +261,18 @@ def git_sha() -> str:
     return out.stdout.strip()
 
 
+def git_dirty(root: Path = ROOT) -> list[str]:
+    """Tracked files of the checkout at ``root`` whose working copy differs from ``HEAD`` (``git status
+    --porcelain``, untracked files left out): a run started from them ran code that :func:`git_sha` alone does not
+    name. Empty outside a checkout."""
+    try:
+        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True,
+                             text=True, check=True)  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return []
+    return sorted(line[3:] for line in out.stdout.splitlines() if line.strip())
+
+
 #: flags of an evaluation that change where its output goes or what it prints, never a metric: left out of a row's
 #: recorded command (the reproduction sets its own results folder)
 OUTPUT_FLAGS: dict[str, bool] = {"--results-dir": True, "--transcripts": True, "--show": True, "--tables": False,

@@ -76,7 +76,7 @@ import numpy as np
 
 from agentgym_turn.error import InvalidArgument
 from agentgym_turn.metrics import bootstrap_ci
-from leaderboards.evaluate import git_sha
+from leaderboards.evaluate import git_dirty, git_sha
 from leaderboards.families import family_for
 from leaderboards.reported import reported_rows
 from leaderboards.tables import read_rows
@@ -422,7 +422,11 @@ def _start_record(run_dir: Path, record: dict[str, Any], command: list[str]) -> 
         record = old
     else:
         record = {**record, "command": shown, "attempts": []}
-    record["attempts"].append({"git_sha": git_sha(), "started": _now(), "from_step": trained_steps(run_dir)})
+    attempt = {"git_sha": git_sha(), "started": _now(), "from_step": trained_steps(run_dir)}
+    dirty = [f for f in git_dirty() if f.endswith(".py")]
+    if dirty:  # the code that ran is git_sha plus these uncommitted changes (results and docs left out)
+        attempt["uncommitted_code"] = dirty
+    record["attempts"].append(attempt)
     _write_json(path, record)
 
 

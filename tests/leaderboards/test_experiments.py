@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from agentgym_turn.error import InvalidArgument
+from leaderboards.evaluate import git_dirty
 from leaderboards.experiments import (
     DONE,
     _config_of,
@@ -268,6 +269,27 @@ def test_a_changed_spec_refuses_to_resume_a_started_run(tmp_path):
     assert len(json.loads((tmp_path / "run.json").read_text())["attempts"]) == 2
     with pytest.raises(ValueError, match="different command"):
         _start_record(tmp_path, {"arm": "a"}, ["python", "-m", "trainers.grpo", "--steps", "5"])
+
+
+def test_an_attempt_from_uncommitted_code_names_the_changed_files(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    (repo / "rl.py").write_text("x = 1\n")
+    (repo / "notes.md").write_text("a\n")
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+    assert git_dirty(repo) == []
+    (repo / "rl.py").write_text("x = 2\n")
+    (repo / "notes.md").write_text("b\n")
+    (repo / "new.py").write_text("")  # untracked: not part of what a run imports from the commit
+    assert git_dirty(repo) == ["notes.md", "rl.py"]
+    assert git_dirty(tmp_path / "nowhere") == []
+    monkeypatch.setattr("leaderboards.experiments.git_dirty", lambda: git_dirty(repo))
+    _start_record(tmp_path / "run", {"arm": "a"}, ["python", "-m", "trainers.grpo"])
+    attempt = json.loads((tmp_path / "run" / "run.json").read_text())["attempts"][0]
+    assert attempt["uncommitted_code"] == ["rl.py"]  # docs and results left out
 
 
 def test_seed_band_is_the_percentile_bootstrap_by_hand():
