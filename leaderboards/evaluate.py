@@ -252,25 +252,27 @@ def write_transcripts(path: Path, results: list[EpisodeResult], transcripts: lis
             f.write(json.dumps(row, sort_keys=True) + "\n")
 
 
+def _git(*args: str, root: Path = ROOT) -> str | None:
+    """``git ARGS``' output in the checkout at ``root``; ``None`` outside a checkout (or without git)."""
+    try:
+        out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout
+
+
 def git_sha() -> str:
     """The commit the evaluated code is at (``"unknown"`` outside a git checkout)."""
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return out.stdout.strip()
+    out = _git("rev-parse", "HEAD")
+    return "unknown" if out is None else out.strip()
 
 
 def git_dirty(root: Path = ROOT) -> list[str]:
     """Tracked files of the checkout at ``root`` whose working copy differs from ``HEAD`` (``git status
-    --porcelain``, untracked files left out): a run started from them ran code that :func:`git_sha` alone does not
-    name. Empty outside a checkout."""
-    try:
-        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True,
-                             text=True, check=True)  # fmt: skip
-    except (OSError, subprocess.CalledProcessError):
-        return []
-    return sorted(line[3:] for line in out.stdout.splitlines() if line.strip())
+    --porcelain``, untracked files left out; a rename counts as its new path): a run started from them ran code that
+    :func:`git_sha` alone does not name. Empty outside a checkout."""
+    out = _git("status", "--porcelain", "--untracked-files=no", "--no-renames", root=root) or ""
+    return sorted(line[3:] for line in out.splitlines() if line.strip())
 
 
 #: flags of an evaluation that change where its output goes or what it prints, never a metric: left out of a row's
