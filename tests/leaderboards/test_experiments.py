@@ -115,7 +115,7 @@ def test_committed_specs_load_and_compare_the_papers_strategies():
         "wiki_recipe_sweep": ["mt_grpo"],  # issue 26: the recipe (lr 1e-5) at three seeds
     }
     assert {s: [a.strategy for a in spec.arms if a.stage == 2] for s, spec in specs.items()} == {
-        "searchr1_recipe": ["mt_grpo"] * 4,  # refill8 (8 refill rounds, 12 steps), its lr sweep, refill8_1epoch
+        "searchr1_recipe": ["mt_grpo"] * 5,  # refill8 (8 rounds, 12 steps), its lr sweep, refill8_1epoch, refill8_g8
         "sokoban_mtppo": [],  # its warm start never succeeds: stage 2 is played from the stronger one below
         "sokoban_mtppo_bfs64": ["turn_ppo", "gigpo"],  # issue 15: newer credit assignment, after the papers' arms
         "sokoban_recipe": ["mt_grpo"] * 2,
