@@ -41,8 +41,9 @@ every arm at the same number of seeds). Each run is a subprocess ``python -m tra
 <run> --resume``: ``--resume`` continues from the run's last checkpoint (a fresh start when there is none), so a
 run killed at any point loses at most the step in flight. After training, the final policy is evaluated greedily
 on the held-out tasks by ``python -m leaderboards.evaluate`` (its row, with bootstrap CIs over tasks, goes to
-``<run>/final-eval/``, every episode's text to ``<run>/final-eval/transcripts/``), and only then
-``<run>/DONE.json`` is written; a run with it is skipped. ``<run>/run.json``
+``<run>/final-eval/``, every episode's text to ``<run>/final-eval/transcripts/``), then what only
+a resume needs is dropped (the checkpoint's optimizer state and vLLM's weight copy; the final policy stays), and
+only then ``<run>/DONE.json`` is written; a run with it is skipped. ``<run>/run.json``
 records the spec, arm, seed, the exact command and the git sha of every attempt; a run whose command changed since
 it started (the spec was edited) stops the runner instead of mixing two configs.
 
@@ -388,9 +389,9 @@ def eval_commands(spec: Spec, policy: Path, out: Path, budget: Mapping[str, Any]
 # ---------------------------------------------------------------------------------------------------- state
 def trained_steps(run_dir: Path) -> int:
     """Steps of the run's latest checkpoint (0 without one)."""
-    from trainers.checkpoint import latest_checkpoint
+    from trainers.checkpoint import latest_name
 
-    ckpt = latest_checkpoint(run_dir)
+    ckpt = latest_name(run_dir)
     return 0 if ckpt is None else int(ckpt.name.rsplit("-", 1)[1])
 
 
@@ -529,7 +530,7 @@ def compare_evaluations(committed: Path, rebuilt: Path) -> dict[str, Any]:
 
 def play_run(spec: Spec, run: Run, warm: Path | None) -> None:
     """Train (or resume) one run, evaluate its final policy, mark it done."""
-    from trainers.checkpoint import policy_folder
+    from trainers.checkpoint import drop_training_state, policy_folder
 
     cfg = _config_of(spec, run, warm)
     cmd = train_command(spec, run, warm)
@@ -550,6 +551,7 @@ def play_run(spec: Spec, run: Run, warm: Path | None) -> None:
             old.unlink()
     for c in eval_commands(spec, Path(policy_folder(str(run.out_dir))), evaluated, eval_budget(cfg)):
         call_logged(c, run.out_dir / "log.txt")
+    drop_training_state(run.out_dir)  # a done run is never resumed: ~1.3 GB a run of optimizer state and vLLM copy
     _write_json(run.out_dir / DONE, {"git_sha": git_sha(), "finished": _now(), "seconds": time.perf_counter() - t0,
                                      "steps": cfg.steps})  # fmt: skip
 

@@ -9,6 +9,7 @@ Layout of a run directory::
                                          + adapter_model.safetensors), what a resume and vLLM's LoRARequest load
     run/checkpoint-000012/state.pt       step, optimizer states, critic, RNG states
     run/latest                           "checkpoint-000012"
+    run/engine-weights/                  the policy as vLLM loads it (``--engine vllm``), rewritten on every start
     run/metrics.jsonl                    one JSON object per finished step (cut back to the checkpoint on resume)
 """
 
@@ -28,6 +29,7 @@ from agentgym_turn.error import DataNotFound
 LATEST = "latest"
 POLICY = "policy"
 ADAPTER = "adapter"
+ENGINE_WEIGHTS = "engine-weights"
 
 
 def _fsync_dir(path: Path) -> None:
@@ -85,15 +87,38 @@ def save_checkpoint(
     return final
 
 
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The checkpoint ``latest`` points to, or ``None`` when the run has none."""
+def latest_name(run_dir: Path) -> Path | None:
+    """The folder ``latest`` points to (whether or not it still holds its training state), or ``None``."""
     pointer = run_dir / LATEST
-    if not pointer.is_file():
-        return None
-    path = run_dir / pointer.read_text().strip()
-    if not (path / "state.pt").is_file():
-        raise DataNotFound(f"{pointer} names {path.name}, which has no state.pt; delete {pointer} to start over.")
+    return run_dir / pointer.read_text().strip() if pointer.is_file() else None
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The checkpoint ``latest`` points to, or ``None`` when the run has none; one without ``state.pt`` (a finished
+    experiment run drops it, :func:`drop_training_state`) cannot be resumed and raises."""
+    path = latest_name(run_dir)
+    if path is not None and not (path / "state.pt").is_file():
+        raise DataNotFound(
+            f"{run_dir / LATEST} names {path.name}, which has no state.pt (the run was finished and its training state "
+            f"dropped, or the save was cut); delete {run_dir / LATEST} to start over."
+        )
     return path
+
+
+def drop_training_state(run_dir: Path) -> int:
+    """Remove from a finished run what only continuing its training needs: each checkpoint's ``state.pt``
+    (optimizer moments, critic, RNG states: ~1 GB for SmolLM2-135M) and ``engine-weights/`` (vLLM's copy of the
+    policy). The policy folders, metrics and traces stay; ``--init RUN`` still loads the final policy. Returns the
+    bytes freed."""
+    freed = 0
+    for state in run_dir.glob("checkpoint-*/state.pt"):
+        freed += state.stat().st_size
+        state.unlink()
+    engine = run_dir / ENGINE_WEIGHTS
+    if engine.is_dir():
+        freed += sum(f.stat().st_size for f in engine.rglob("*") if f.is_file())
+        shutil.rmtree(engine)
+    return freed
 
 
 def load_state(checkpoint: Path) -> dict[str, Any]:
@@ -106,10 +131,7 @@ def policy_folder(path: str) -> str:
     any other spec passes through. A LoRA checkpoint saved without ``--save-merged`` has no ``policy/``: an error
     says so."""
     p = Path(path)
-    if (p / LATEST).is_file():
-        ckpt = latest_checkpoint(p)
-        assert ckpt is not None
-        p = ckpt
+    p = latest_name(p) or p
     if (p / POLICY / "config.json").is_file():
         return str(p / POLICY)
     if (p / ADAPTER / "adapter_config.json").is_file():

@@ -526,7 +526,7 @@ def train(cfg: RLConfig, command: tuple[str, Sequence[str]] | None = None) -> di
     # ---- run directory, resume point ------------------------------------------------------------------------
     run = Path(cfg.out_dir)
     resume_from = ckpt.latest_checkpoint(run) if cfg.resume else None
-    if not cfg.resume and ckpt.latest_checkpoint(run) is not None:
+    if not cfg.resume and ckpt.latest_name(run) is not None:
         raise InvalidArgument(f"--out-dir {run} already holds a run; pass --resume to continue it or a new --out-dir.")
     run.mkdir(parents=True, exist_ok=True)
     (run / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
@@ -605,7 +605,7 @@ def train(cfg: RLConfig, command: tuple[str, Sequence[str]] | None = None) -> di
         if cfg.engine == "vllm" and cfg.lora_rank:  # vLLM serves the base; each push is the adapter
             engine_dir = resolve_model_path(init_spec)
         elif cfg.engine == "vllm":
-            engine_dir = str(run / "engine-weights")
+            engine_dir = str(run / ckpt.ENGINE_WEIGHTS)
             M.save_policy(policy, tok, engine_dir)
         engine = make_engine(cfg.engine, model=policy, tokenizer=tok, model_dir=engine_dir, colocate=colocated,
                              gpu_memory_utilization=cfg.vllm_gpu_memory if colocated else None,

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agentgym_turn.error import InvalidArgument
+from agentgym_turn.error import DataNotFound, InvalidArgument
 from leaderboards.evaluate import git_dirty
 from leaderboards.experiments import (
     DONE,
@@ -36,6 +36,7 @@ from leaderboards.experiments import (
 )
 from leaderboards.tables import ResultRow, append_row
 from tests.leaderboards.conftest import write_tiny_spec
+from trainers.checkpoint import latest_checkpoint, policy_folder
 from trainers.metrics import peak_memory_gib
 
 REPO = Path(__file__).resolve().parents[2]
@@ -384,6 +385,11 @@ def test_runner_end_to_end_kill_resume_skip_and_aggregate(tmp_path, tiny_model_d
 
     res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and res.stdout.count("done, skipped") == 1, res.stdout + res.stderr[-2000:]
+    assert not list(first.glob("checkpoint-*/state.pt"))  # a done run keeps its policy, not its training state
+    assert (first / "checkpoint-000012" / "policy" / "config.json").is_file()
+    assert policy_folder(str(first)) == str(first / "checkpoint-000012" / "policy")
+    with pytest.raises(DataNotFound, match="no state\\.pt"):
+        latest_checkpoint(first)  # continuing it is refused with the fix, not a torch.load traceback
 
     table = aggregate(load_spec(spec), runs, tmp_path / "agg")
     assert set(table) == {"warm start", "warm start, seed 1", "or"} and table["or"]["success"]["ci"] == "tasks"

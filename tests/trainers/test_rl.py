@@ -14,9 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agentgym_turn.error import InvalidArgument
+from agentgym_turn.error import DataNotFound, InvalidArgument
 from tests.trainers import toy_env
 from tests.trainers.conftest import tiny_llama
+from trainers.checkpoint import ENGINE_WEIGHTS, drop_training_state, policy_folder
 from trainers.config import parse_config
 from trainers.rl import RLConfig, train
 
@@ -102,6 +103,14 @@ def test_resume_equals_an_uninterrupted_run(tmp_path, tiny_model_dir, dtype):
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3]
     with pytest.raises(ValueError, match="--resume"):
+        train(_cfg(tmp_path / "b", tiny_model_dir, steps=4, dtype=dtype))
+    (run / ENGINE_WEIGHTS).mkdir()
+    (run / ENGINE_WEIGHTS / "model.safetensors").write_bytes(b"0" * 100)
+    assert drop_training_state(run) > 100 and not (run / ENGINE_WEIGHTS).exists()
+    assert policy_folder(str(run)) == str(run / "checkpoint-000003" / "policy")  # the final policy stays
+    with pytest.raises(DataNotFound, match="no state\\.pt"):
+        train(_cfg(tmp_path / "b", tiny_model_dir, steps=4, resume=True, dtype=dtype))
+    with pytest.raises(ValueError, match="--resume"):  # still a run: a fresh start there is refused too
         train(_cfg(tmp_path / "b", tiny_model_dir, steps=4, dtype=dtype))
 
 
