@@ -131,7 +131,10 @@ def policy_folder(path: str) -> str:
     any other spec passes through. A LoRA checkpoint saved without ``--save-merged`` has no ``policy/``: an error
     says so."""
     p = Path(path)
-    p = latest_name(p) or p
+    named = latest_name(p)
+    if named is not None and not named.is_dir():
+        raise DataNotFound(f"{p / LATEST} names {named.name}, which is not there; pass a checkpoint folder of {p}.")
+    p = named or p
     if (p / POLICY / "config.json").is_file():
         return str(p / POLICY)
     if (p / ADAPTER / "adapter_config.json").is_file():

@@ -108,6 +108,10 @@ def test_resume_equals_an_uninterrupted_run(tmp_path, tiny_model_dir, dtype):
     (run / ENGINE_WEIGHTS / "model.safetensors").write_bytes(b"0" * 100)
     assert drop_training_state(run) > 100 and not (run / ENGINE_WEIGHTS).exists()
     assert policy_folder(str(run)) == str(run / "checkpoint-000003" / "policy")  # the final policy stays
+    (tmp_path / "gone").mkdir()
+    (tmp_path / "gone" / "latest").write_text("checkpoint-000009")
+    with pytest.raises(DataNotFound, match="checkpoint-000009, which is not there"):
+        policy_folder(str(tmp_path / "gone"))
     with pytest.raises(DataNotFound, match="no state\\.pt"):
         train(_cfg(tmp_path / "b", tiny_model_dir, steps=4, resume=True, dtype=dtype))
     with pytest.raises(ValueError, match="--resume"):  # still a run: a fresh start there is refused too
