@@ -481,6 +481,8 @@ def build_warm_start(spec: Spec, root: Path, *, out: Path | None = None, seed: i
     )
     print(f"[experiments] {spec.name}: {what} in {out}", flush=True)
     _start_record(out, {"spec": spec.path, "arm": "warm_start", "seed": args.get("seed", 0)}, cmd)
+    log = out / "metrics.jsonl"
+    committed_log = log.read_bytes() if done and log.is_file() else None  # the trainer rewrites it: keep the record
     t0 = time.perf_counter()
     call_logged(cmd, out / "log.txt")
     policy = warm_weights(out)
@@ -499,6 +501,10 @@ def build_warm_start(spec: Spec, root: Path, *, out: Path | None = None, seed: i
         print(f"[experiments] {spec.name}: rebuilt warm start vs committed: {report}", flush=True)
         record = json.loads((out / "run.json").read_text())
         record["attempts"][-1]["rebuilt_vs_committed"] = report
+        if committed_log is not None and log.is_file():
+            log.replace(out / "rebuilt-metrics.jsonl")
+            log.write_bytes(committed_log)
+            record["attempts"][-1]["rebuilt_training_log"] = compare_training_logs(log, out / "rebuilt-metrics.jsonl")
         _write_json(out / "run.json", record)
         return out
     _write_json(out / DONE, {"git_sha": git_sha(), "finished": _now(), "seconds": time.perf_counter() - t0})
@@ -512,6 +518,19 @@ def warm_weights(folder: Path) -> Path | None:
         if (candidate / "config.json").is_file() and any(candidate.glob("*.safetensors")):
             return candidate
     return None
+
+
+def compare_training_logs(committed: Path, rebuilt: Path) -> dict[str, Any]:
+    """How a rebuilt warm start's training log compares with the committed one, timings (``perf/``) aside:
+    ``{"rows": n, "rows_differing": k}`` (a deterministic rebuild differs in none)."""
+
+    def rows(path: Path) -> list[dict[str, Any]]:
+        lines = path.read_text().splitlines()
+        return [{k: v for k, v in json.loads(x).items() if not k.startswith("perf/")} for x in lines if x.strip()]
+
+    old, new = rows(committed), rows(rebuilt)
+    differing = sum(a != b for a, b in zip(old, new, strict=False)) + abs(len(old) - len(new))
+    return {"rows": len(new), "rows_differing": differing}
 
 
 def compare_evaluations(committed: Path, rebuilt: Path) -> dict[str, Any]:

@@ -408,6 +408,7 @@ def test_runner_end_to_end_kill_resume_skip_and_aggregate(tmp_path, tiny_model_d
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     main(["status", str(spec), "--runs-dir", str(runs)])
     shown = capsys.readouterr().out
+    committed_log = (runs / "tiny" / "warm_start" / "metrics.jsonl").read_text()
     assert "3 done, 0 partial, 0 pending" in shown and "step 12" in shown  # DONE.json tells the steps
     res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
@@ -415,6 +416,8 @@ def test_runner_end_to_end_kill_resume_skip_and_aggregate(tmp_path, tiny_model_d
     rebuilt = json.loads((runs / "tiny" / "warm_start" / "run.json").read_text())["attempts"][-1]
     compared = rebuilt["rebuilt_vs_committed"]
     assert compared and all(v["committed"] == v["rebuilt"] for v in compared.values()), compared  # deterministic
+    assert rebuilt["rebuilt_training_log"]["rows"] > 0 and rebuilt["rebuilt_training_log"]["rows_differing"] == 0
+    assert (runs / "tiny" / "warm_start" / "metrics.jsonl").read_text() == committed_log  # the record is kept
     assert (runs / "tiny" / "warm_start" / "policy" / "config.json").is_file()
     assert aggregate(load_spec(spec), runs, tmp_path / "agg2") == table  # the committed results are untouched
 
