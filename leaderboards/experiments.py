@@ -481,10 +481,18 @@ def build_warm_start(spec: Spec, root: Path, *, out: Path | None = None, seed: i
     )
     print(f"[experiments] {spec.name}: {what} in {out}", flush=True)
     _start_record(out, {"spec": spec.path, "arm": "warm_start", "seed": args.get("seed", 0)}, cmd)
-    log = out / "metrics.jsonl"
-    committed_log = log.read_bytes() if done and log.is_file() else None  # the trainer rewrites it: keep the record
+    log, rebuilt_log, kept = out / "metrics.jsonl", out / "rebuilt-metrics.jsonl", out / ".committed-metrics.jsonl"
+    if done and log.is_file():  # the trainer rewrites its log: the committed one waits aside, even through a crash
+        log.replace(kept)
+        rebuilt_log.unlink(missing_ok=True)
     t0 = time.perf_counter()
-    call_logged(cmd, out / "log.txt")
+    try:
+        call_logged(cmd, out / "log.txt")
+    finally:
+        if kept.is_file():
+            if log.is_file():
+                log.replace(rebuilt_log)
+            kept.replace(log)
     policy = warm_weights(out)
     if policy is None:
         raise RuntimeError(f"{' '.join(cmd[1:3])} exited 0 but wrote no policy weights under {out}.")
@@ -501,10 +509,8 @@ def build_warm_start(spec: Spec, root: Path, *, out: Path | None = None, seed: i
         print(f"[experiments] {spec.name}: rebuilt warm start vs committed: {report}", flush=True)
         record = json.loads((out / "run.json").read_text())
         record["attempts"][-1]["rebuilt_vs_committed"] = report
-        if committed_log is not None and log.is_file():
-            log.replace(out / "rebuilt-metrics.jsonl")
-            log.write_bytes(committed_log)
-            record["attempts"][-1]["rebuilt_training_log"] = compare_training_logs(log, out / "rebuilt-metrics.jsonl")
+        if log.is_file() and rebuilt_log.is_file():
+            record["attempts"][-1]["rebuilt_training_log"] = compare_training_logs(log, rebuilt_log)
         _write_json(out / "run.json", record)
         return out
     _write_json(out / DONE, {"git_sha": git_sha(), "finished": _now(), "seconds": time.perf_counter() - t0})
@@ -523,10 +529,10 @@ def warm_weights(folder: Path) -> Path | None:
 def compare_training_logs(committed: Path, rebuilt: Path) -> dict[str, Any]:
     """How a rebuilt warm start's training log compares with the committed one, timings (``perf/``) aside:
     ``{"rows": n, "rows_differing": k}`` (a deterministic rebuild differs in none)."""
+    from trainers.metrics import read_jsonl
 
     def rows(path: Path) -> list[dict[str, Any]]:
-        lines = path.read_text().splitlines()
-        return [{k: v for k, v in json.loads(x).items() if not k.startswith("perf/")} for x in lines if x.strip()]
+        return [{k: v for k, v in row.items() if not k.startswith("perf/")} for row in read_jsonl(path)]
 
     old, new = rows(committed), rows(rebuilt)
     differing = sum(a != b for a, b in zip(old, new, strict=False)) + abs(len(old) - len(new))
