@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgym_turn.error import InvalidArgument
+from trainers.metrics import read_jsonl
 
 CURVE_KEYS = (
     "rollout/return",
@@ -133,11 +134,6 @@ def run_labels(paths: Sequence[Path]) -> list[str]:
     resolved = [p.resolve() for p in paths]
     common = Path(os.path.commonpath(resolved))
     return [str(p.relative_to(common)) for p in resolved]
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The JSON lines of a file."""
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def pick_steps(steps: Sequence[int], most: int, wanted: Sequence[int] | None) -> list[int]:
