@@ -238,7 +238,7 @@ def _transcripts(run_dir: Path, values: list[float]) -> None:
 def test_aggregate_gives_each_seeds_paired_change_beside_the_arms(tmp_path):
     text = (f'name = "cmp"\ntrainer = "grpo"\nenv = "{ENV}"\nseeds = [0, 1]\n[warm_start.args]\nepisodes = 4\n'
             '[eval]\ntasks = 4\npaired = "env/success"\nversus = "a"\n[arms.a]\nstrategy = "grpo_or"\n[arms.b]\n'
-            'strategy = "grpo_or"\nseeds = [0]\n')  # fmt: skip
+            'strategy = "grpo_or"\nseeds = [0]\n[arms.c]\nstrategy = "grpo_mr"\n')  # fmt: skip
     spec = load_spec(_write(tmp_path / "s.toml", text))
     root = tmp_path / "runs"
     _fake_run(root / "cmp" / "warm_start", 0, 0.25, [{"step": 1}])
@@ -248,6 +248,9 @@ def test_aggregate_gives_each_seeds_paired_change_beside_the_arms(tmp_path):
         _transcripts(root / "cmp" / "a" / f"seed{seed}", values)
     _fake_run(root / "cmp" / "b" / "seed0", 0, 0.5, [{"step": 1}])
     _transcripts(root / "cmp" / "b" / "seed0", [1.0, 1.0, 0.0, 0.0])
+    for seed, values in enumerate([[1.0, 1.0, 0.0, 0.0], [0.0, 1.0, 1.0, 0.0]]):  # vs a: -2 tasks, then +1
+        _fake_run(root / "cmp" / "c" / f"seed{seed}", seed, float(np.mean(values)), [{"step": 1}])
+        _transcripts(root / "cmp" / "c" / f"seed{seed}", values)
     table = aggregate(spec, root, tmp_path / "agg")
     assert table["a"]["paired_delta"]["estimate"] == 0.375  # (0.75 + 0) / 2
     per_seed = dict(table["a"]["paired_per_seed"])
@@ -262,6 +265,11 @@ def test_aggregate_gives_each_seeds_paired_change_beside_the_arms(tmp_path):
     assert "paired_versus" not in table["a"] and "paired_versus" not in rows[("a", 0)]
     assert rows[("b", 0)]["paired_versus"]["a"]["estimate"] == -0.5
     assert "Against a: each arm's Δ env/success" in md and "| b | 1 | -0.500 [" in md
+    # per run, each seed's change from the warm start and from a's run of that seed (a itself: no such column value)
+    assert "| arm | seed | Δ (paired) | Δ vs a (paired) |" in md and "| a | 1 | +0.000 [+0.000, +0.000] |  |" in md
+    assert "| c | 0 | +0.250 [" in md and "] | -0.500 [" in md.split("| c | 0 |")[1].splitlines()[0]
+    assert "] | +0.250 [" in md.split("| c | 1 |")[1].splitlines()[0]
+    assert table["c"]["paired_versus"]["estimate"] == pytest.approx((-0.5 + 0.25) / 2)
 
 
 def test_a_changed_spec_refuses_to_resume_a_started_run(tmp_path):
