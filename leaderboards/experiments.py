@@ -92,7 +92,7 @@ RUNS_DIR = "experiments/runs"  # committed: every run's results (weights and che
 AGGREGATES_DIR = Path("leaderboards/experiments")  # the committed grids' curves and tables
 PAIRED = "paired_delta"  # the table entry of an arm's paired change from the warm start
 PER_SEED = "paired_per_seed"  # per run of an arm: (seed, its paired change over the tasks)
-VERSUS_PER_SEED = "paired_versus_per_seed"  # per run of an arm: seed -> its paired change from the versus run
+VERSUS_PER_SEED = "paired_versus_per_seed"  # per run of an arm: (seed, its paired change from the versus run)
 VERSUS = "paired_versus"  # the table entry of an arm's paired change from the spec's ``[eval] versus`` arm
 COST_COLUMNS = (  # (table header, metrics.jsonl key, how steps combine)
     ("wall s", "perf/step_seconds", "sum"),
@@ -829,7 +829,7 @@ def aggregate(spec: Spec, root: Path, out: Path) -> dict[str, Any]:
             for rec in records:
                 if rec["arm"] == arm and rec["seed"] in common:
                     rec[VERSUS] = {spec.eval.versus: paired_delta([by_seed[rec["seed"]]], versus[rec["seed"]])}
-                    table[arm].setdefault(VERSUS_PER_SEED, {})[rec["seed"]] = rec[VERSUS][spec.eval.versus]
+                    table[arm].setdefault(VERSUS_PER_SEED, []).append((rec["seed"], rec[VERSUS][spec.eval.versus]))
     with open(out / "runs.jsonl", "w") as f:
         for rec in records:
             f.write(json.dumps(rec, sort_keys=True) + "\n")
@@ -877,7 +877,7 @@ def stage_figures(
 def render_table(spec: Spec, table: Mapping[str, Mapping[str, Any]]) -> str:
     """Markdown: one row per arm, the held-out metrics as ``mean [low, high]``, then the cost columns."""
     metric_keys = sorted({k for entry in table.values() for k, v in entry.items() if isinstance(v, dict)}
-                         - {PAIRED, VERSUS, VERSUS_PER_SEED})  # fmt: skip
+                         - {PAIRED, VERSUS})  # fmt: skip
     paired = [PAIRED] if any(PAIRED in e for e in table.values()) else []
     cost_keys = [h for h, _k, _how in COST_COLUMNS if any(h in e for e in table.values())]
     head = ["arm", "runs", *metric_keys, *[f"Δ {spec.eval.paired} vs warm start (paired)" for _ in paired], *cost_keys]
@@ -901,9 +901,7 @@ def render_table(spec: Spec, table: Mapping[str, Mapping[str, Any]]) -> str:
         for key in [*metric_keys, *paired]:
             m = entry.get(key)
             sign = "+" if key == PAIRED else ""
-            cells.append(
-                "" if m is None else f"{m['estimate']:{sign}.3f} [{m['low']:{sign}.3f}, {m['high']:{sign}.3f}]"
-            )
+            cells.append("" if m is None else _delta_cell(m, sign))
         for key in cost_keys:
             cells.append(f"{entry[key]:.1f}" if key in entry else "")
         lines.append("| " + " | ".join(cells) + " |")
@@ -935,15 +933,15 @@ def render_table(spec: Spec, table: Mapping[str, Mapping[str, Any]]) -> str:
             for seed, m in entry[PER_SEED]:
                 cells = [arm, str(seed), _delta_cell(m)]
                 if spec.eval.versus:
-                    v = entry.get(VERSUS_PER_SEED, {}).get(seed)
+                    v = dict(entry.get(VERSUS_PER_SEED, ())).get(seed)
                     cells.append(_delta_cell(v) if v else "")
                 lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def _delta_cell(m: Mapping[str, float]) -> str:
-    """A paired change as ``+0.125 [+0.031, +0.219]``."""
-    return f"{m['estimate']:+.3f} [{m['low']:+.3f}, {m['high']:+.3f}]"
+def _delta_cell(m: Mapping[str, float], sign: str = "+") -> str:
+    """An estimate with its interval, ``+0.125 [+0.031, +0.219]`` (``sign=""``: ``0.531 [0.406, 0.656]``)."""
+    return f"{m['estimate']:{sign}.3f} [{m['low']:{sign}.3f}, {m['high']:{sign}.3f}]"
 
 
 #: How the papers name a strategy in their tables, where it is not the id in capitals with hyphens.
