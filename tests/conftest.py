@@ -1,8 +1,11 @@
-"""Shared fixtures: one Lucene index of the bundled corpus per test session (one JVM per process)."""
+"""Shared fixtures: one Lucene index of the bundled corpus per test session (one JVM per process); the suite ends
+with pytest's own status however the native libraries' teardown goes (``tests.clean_exit``)."""
 
 from __future__ import annotations
 
 import pytest
+
+from tests.clean_exit import pytest_sessionfinish, pytest_unconfigure  # noqa: F401  (hooks: pytest reads them here)
 
 
 @pytest.fixture(scope="session")
