@@ -930,10 +930,11 @@ def render_table(spec: Spec, table: Mapping[str, Mapping[str, Any]]) -> str:
             head, rule = head + f" Δ vs {spec.eval.versus} (paired) |", rule + "---|"
         lines += ["", intro + ", paired over the same tasks [95% bootstrap over tasks].", "", head, rule]
         for arm, entry in seeded:
+            versus_by_seed = dict(entry.get(VERSUS_PER_SEED, ()))
             for seed, m in entry[PER_SEED]:
                 cells = [arm, str(seed), _delta_cell(m)]
                 if spec.eval.versus:
-                    v = dict(entry.get(VERSUS_PER_SEED, ())).get(seed)
+                    v = versus_by_seed.get(seed)
                     cells.append(_delta_cell(v) if v else "")
                 lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
