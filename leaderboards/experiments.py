@@ -424,12 +424,27 @@ def _start_record(run_dir: Path, record: dict[str, Any], command: list[str]) -> 
         record = old
     else:
         record = {**record, "command": shown, "attempts": []}
-    attempt = {"git_sha": git_sha(), "started": _now(), "from_step": trained_steps(run_dir)}
+    attempt = {"git_sha": git_sha(), "started": _now(), "from_step": trained_steps(run_dir), "host": host()}
     dirty = [f for f in git_dirty() if f.endswith(".py")]
     if dirty:  # the code that ran is git_sha plus these uncommitted changes (results and docs left out)
         attempt["uncommitted_code"] = dirty
     record["attempts"].append(attempt)
     _write_json(path, record)
+
+
+def host() -> dict[str, Any]:
+    """The CPU an attempt ran on: its model name and the cores this process may use. Floating-point kernels differ
+    between CPU kinds, so a run's sampled rollouts at one seed and one set of weights can differ between hosts."""
+    import platform
+
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return {"cpu": name, "cores": cores}
 
 
 def _now() -> str:
