@@ -437,12 +437,13 @@ def host() -> dict[str, Any]:
     between CPU kinds, so a run's sampled rollouts at one seed and one set of weights can differ between hosts."""
     import platform
 
-    name = platform.processor() or platform.machine()
+    name = ""
     try:
         with open("/proc/cpuinfo") as f:
-            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
     except OSError:
         pass
+    name = name or platform.processor() or platform.machine()  # processor() may spawn `uname -p`: only as fallback
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return {"cpu": name, "cores": cores}
 
