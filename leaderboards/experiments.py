@@ -433,8 +433,9 @@ def _start_record(run_dir: Path, record: dict[str, Any], command: list[str]) -> 
 
 
 def host() -> dict[str, Any]:
-    """The CPU an attempt ran on: its model name and the cores this process may use. Floating-point kernels differ
-    between CPU kinds, so a run's sampled rollouts at one seed and one set of weights can differ between hosts."""
+    """The CPU an attempt ran on: its model name and the cores this process may use, so that runs compared with one
+    another say whether they shared a machine (the speed of a step depends on it; sampled rollouts at one seed can
+    differ between runs even on one machine: vLLM's engine core, in its own process, batches requests by timing)."""
     import platform
 
     name = ""
