@@ -177,7 +177,8 @@ def child(args: argparse.Namespace) -> None:
         engine = make_engine("transformers", model=model, tokenizer=tok, autocast_bf16=args.bf16)
         engine.fast = args.child == "transformers"
     else:
-        engine = make_engine("vllm", model=model, tokenizer=tok, model_dir=str(smollm2_dir()), max_model_len=2048)
+        engine = make_engine("vllm", model=model, tokenizer=tok, model_dir=str(smollm2_dir()), max_model_len=2048,
+                             dtype="bfloat16" if args.bf16 else "float32")  # fmt: skip
         cached = _vllm_cached_tokens(engine)
     engine.generate([[1, 2, 3, 4]], SamplingConfig(max_new_tokens=4, seed=0))  # warm-up
     startup = time.perf_counter() - t0
@@ -316,7 +317,12 @@ def main() -> None:
     parser.add_argument("--max-turns", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1, help="torch / OpenMP threads, the same for every engine")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--fp32", dest="bf16", action="store_false", help="no bf16 (autocast) for the torch engines")
+    parser.add_argument(
+        "--fp32",
+        dest="bf16",
+        action="store_false",
+        help="fp32: no bf16 autocast for the torch engines, vLLM in float32",
+    )
     parser.add_argument("--child", choices=ENGINES, help=argparse.SUPPRESS)
     parser.add_argument("--round", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -12,7 +12,9 @@ over ``--rounds`` rounds on the same episodes and threads:
 - ``bf16``: bf16 weights with fp32 master weights and optimizer state (``--dtype bfloat16``), no autocast, fused
   AdamW;
 - ``prefix``: ``bf16`` with prefix sharing (``--share-prefix``, the RL default): the prompt a pack's episodes share
-  is computed once per pack (``modeling.pack_shared``, 2048 computed tokens a pack) in every pass.
+  is computed once per pack (``modeling.pack_shared``, 2048 computed tokens a pack) in every pass;
+- ``fp32``: ``prefix`` in fp32 weights with no autocast at all (``--dtype float32 --no-bf16``: what ``--dtype auto``
+  picks on a CPU without bf16 kernels, see ``trainers.device.native_bf16``).
 
 Episodes come in groups of ``--group`` (a task's episodes share system prompt and question; different tasks share
 the system prompt), as an RL step's do.
@@ -34,6 +36,10 @@ one round: noisy): policy only, LoRA r=16 294.7 vs full 203.1 update tok/s, peak
 2.36 vs 2.80 s. 4.9 M trained parameters against 134.5 M. Again on 2026-11-25, alone on the machine (wall 161 s):
 466.5 vs 337.8 tok/s, 2.18 vs 4.09 GB, push 2.42 vs 3.07 s; with critic and reference 184.7 vs 162.3 tok/s, 4.31 vs
 6.72 GB, push 2.36 vs 4.54 s (the ratios hold; the absolute speed follows the machine's load).
+
+On an AVX2-only CPU (2-core AMD EPYC without AVX-512, 2026-11-27; ``--quick --rounds 1 --no-full --variants head
+prefix fp32``, wall 531 s): ``head`` 5.3, ``prefix`` 11.1, ``fp32`` 109.0 update tokens/s (9.8x ``prefix``; by CPU
+time 58.0 against 9.3): torch has no bf16 kernels there, so ``--dtype auto`` picks fp32 (``trainers.device``).
 """
 
 from __future__ import annotations
@@ -67,8 +73,9 @@ eps, _ = collect(EnvPool(["TurnRL/WikiTwoTurn-v1"]), scripted_actor(tok, eos, ["
                  tok, stop_token_ids(tok), RolloutConfig(256, 2048), num_tasks=episodes_n // group, group_size=group,
                  seed=0)
 lora = variant == "lora"
-half, masked, share = variant in ("bf16", "prefix", "lora"), variant != "full-head", variant in ("prefix", "lora")
-fused = variant in ("fused", "bf16", "prefix", "lora")
+half, masked = variant in ("bf16", "prefix", "lora"), variant != "full-head"
+share = variant in ("prefix", "lora", "fp32")
+fused = variant in ("fused", "bf16", "prefix", "lora", "fp32")
 engine = None
 if engine_name == "vllm":  # started before the update (its start-up is not a push); LoRA: the base + adapters
     from trainers.engines import make_engine
@@ -85,7 +92,7 @@ params = master.params if half else [p for p in policy.parameters() if p.require
 cparams = (cmaster.params if half else list(critic.parameters())) if full else []
 opt = torch.optim.AdamW(params, lr=1e-6, fused=fused or None)
 copt = torch.optim.AdamW(cparams, lr=1e-5, fused=fused or None) if full else None
-ac = not half
+ac = not half and variant != "fp32"
 t0, c0 = time.perf_counter(), time.process_time()
 packs = (M.pack_shared(eps, range(len(eps)), 2048, device=device) if share
          else M.pack_episodes(eps, range(len(eps)), 512, device=device))
@@ -144,7 +151,7 @@ print(json.dumps({"variant": variant, "full": full, "tokens": n, "computed": com
                   "peak_rss_gb": round(peak, 2), "push_s": round(push_s, 2), "trained_m": round(trained / 1e6, 2)}))
 """
 
-VARIANTS = ("full-head", "head", "fused", "bf16", "prefix", "lora")
+VARIANTS = ("full-head", "head", "fused", "bf16", "prefix", "fp32", "lora")
 
 
 def run(episodes: int, threads: int, variant: str, full: bool, group: int, rank: int = 16, device: str = "cpu",
