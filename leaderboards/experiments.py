@@ -435,8 +435,12 @@ def _start_record(run_dir: Path, record: dict[str, Any], command: list[str]) -> 
 def host() -> dict[str, Any]:
     """The CPU an attempt ran on: its model name and the cores this process may use, so that runs compared with one
     another say whether they shared a machine (the speed of a step depends on it; sampled rollouts at one seed can
-    differ between runs even on one machine: vLLM's engine core, in its own process, batches requests by timing)."""
+    differ between runs even on one machine: vLLM's engine core, in its own process, batches requests by timing),
+    and whether it has bf16 kernels (``trainers.device.native_bf16``: without them ``--dtype auto`` trains in fp32,
+    and an explicit bf16 run is 10-20x slower)."""
     import platform
+
+    from trainers.device import native_bf16
 
     name = ""
     try:
@@ -446,7 +450,7 @@ def host() -> dict[str, Any]:
         pass
     name = name or platform.processor() or platform.machine()  # processor() may spawn `uname -p`: only as fallback
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return {"cpu": name, "cores": cores}
+    return {"cpu": name, "cores": cores, "bf16_kernels": native_bf16("cpu")}
 
 
 def _now() -> str:

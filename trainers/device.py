@@ -10,6 +10,12 @@ CPU knob) is ignored. Untested on a GPU: this project has had none, so every CUD
 colocation and sleep mode in ``trainers.engines``) has only run as far as the CPU can check it (README, "What ran
 where").
 
+**Precision** (:func:`resolve_precision`): ``--dtype auto`` and an unset ``--bf16``, the trainers' defaults, compute
+in bf16 where the device has bf16 kernels (:func:`native_bf16`: a bf16 GPU; a CPU with AVX-512 or AMX, where oneDNN
+has them) and in fp32 elsewhere. On an AVX2-only CPU torch's bf16 matmuls take a generic path: measured there
+(2-core AMD EPYC, 2026-11-27) an update of 11.1 against 109.0 tokens/s (``bench/bench_train.py``) and vLLM
+generating 6.7 against 21.6 tokens/s (``bench/bench_rollout.py --fp32``).
+
 **Memory plan** of one GPU (estimates from the formulas below, not measurements: this project has had no GPU).
 Per parameter of a fully fine-tuned model under ``--dtype bfloat16``: 2 B bf16 weights + 4 B fp32 master + 8 B
 Adam (two fp32 moments) + 4 B fp32 gradient of the master (each bf16 gradient is folded into it and freed as
@@ -42,6 +48,7 @@ tokens x layers x hidden size (a 2048-token pack of a 1.5B model is a few GB); l
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any
 
 from agentgym_turn.error import InvalidArgument
@@ -111,6 +118,58 @@ def set_threads(device: Any, threads: int) -> None:
         torch.set_num_threads(threads)
     else:
         print(f"[device] --threads {threads} ignored on {device} (a CPU knob)", flush=True)
+
+
+#: ``--dtype`` of the trainers: ``auto`` resolves per device with :func:`resolve_precision`
+DTYPE_CHOICES = ("auto", "bfloat16", "float32")
+DTYPE_HELP = (
+    "weights of the update: bfloat16 weights with fp32 master weights and optimizer state (no per-forward casts; "
+    "autocast off), float32 (under --bf16 autocast), or auto: bfloat16 where the device has bf16 kernels (a CUDA GPU "
+    "that supports it; a CPU with AVX-512 or AMX), else float32"
+)
+BF16_HELP = (
+    "bf16 for generation (the transformers engine's autocast, vLLM's dtype; --no-bf16: float32) and, with --dtype "
+    "float32, autocast in the update (default: on where the device has bf16 kernels, as --dtype auto decides)"
+)
+
+
+def native_bf16(device: Any) -> bool:
+    """Whether ``device`` has fast bf16 matmul kernels: a CUDA GPU that supports bf16, or a CPU where oneDNN has
+    them (AVX-512 or AMX; ``torch.ops.mkldnn._is_mkldnn_bf16_supported``). On an AVX2-only CPU torch falls back to
+    a generic bf16 path: an update measured 10-20x slower than in fp32 there (``bench/bench_train.py``)."""
+    import torch
+
+    kind = getattr(device, "type", str(device))
+    if kind == "cuda":
+        return bool(torch.cuda.is_bf16_supported())
+    if kind == "cpu":
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return False
+
+
+def resolve_precision(dtype: str, bf16: bool | None, device: Any) -> tuple[str, bool]:
+    """``(dtype, bf16)`` with ``--dtype auto`` and an unset ``--bf16`` resolved for ``device``: bf16 where it has
+    bf16 kernels (:func:`native_bf16`), else fp32 with no autocast. An explicit bf16 choice is kept, with a warning
+    on a device without those kernels that names the flags for the fast path.
+
+    >>> resolve_precision("float32", False, "cpu")
+    ('float32', False)
+    """
+    if dtype not in DTYPE_CHOICES:
+        raise InvalidArgument(f"--dtype {dtype!r} is not one of {', '.join(DTYPE_CHOICES)}.")
+    native = native_bf16(device)
+    resolved = ("bfloat16" if native else "float32") if dtype == "auto" else dtype
+    autocast = native if bf16 is None else bf16
+    if not native and (resolved == "bfloat16" or autocast):
+        asked = " ".join(f for f, on in ((f"--dtype {resolved}", resolved == "bfloat16"), ("--bf16", autocast)) if on)
+        print(
+            f"[device] warning: {device} has no bf16 kernels (an AVX2-only CPU?), so {asked} computes bf16 through "
+            "torch's generic path (an update measured 10-20x slower than in fp32 on such a CPU); pass --dtype "
+            "float32 --no-bf16 (or --dtype auto) for the fast path.",
+            file=sys.stderr,
+            flush=True,
+        )
+    return resolved, autocast
 
 
 def peak_device_memory_gib(device: Any) -> float | None:

@@ -34,15 +34,20 @@ prompt and question, a step's episodes the system prompt); every pass of the upd
 backward, old log-probs, reference, critic) computes those tokens once per pack and each episode's rest on their KV
 (``modeling.pack_shared``), never past the position before an episode's first policy token.
 
-Precision: ``--dtype bfloat16`` (default): bf16 weights with fp32 master weights and optimizer state
+Precision: ``--dtype bfloat16``: bf16 weights with fp32 master weights and optimizer state
 (``modeling.MasterWeights``; checkpoints hold the masters, so a resume is exact), no autocast; measured 1.3x the
 update of fp32 weights under autocast, with log-probs and gradients as close to exact fp32 as autocast's (both run
-the matmuls on bf16-rounded weights). ``--dtype float32``: fp32 weights under bf16 autocast (``--bf16``). AdamW
-is torch's fused kernel (one pass over all tensors; the default for-loop took 5-25 s a step on 135M parameters).
+the matmuls on bf16-rounded weights). ``--dtype float32``: fp32 weights, under bf16 autocast with ``--bf16``.
+``--dtype auto`` (default) and an unset ``--bf16`` pick bf16 where the device has bf16 kernels (a CPU with AVX-512 or
+AMX, a bf16 GPU) and fp32 without autocast elsewhere: on an AVX2-only CPU torch's bf16 matmuls take a generic path
+(an update measured 10-20x slower than in fp32; ``trainers.device.native_bf16``); ``config.json`` records what was
+picked. AdamW is torch's fused kernel (one pass over all tensors; the default for-loop took 5-25 s a step on 135M
+parameters).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib
 import json
@@ -60,7 +65,7 @@ from agentgym_turn.logs import quiet_logs
 from trainers.config import ENV_KWARG_HELP, arg, env_kwargs_by_id, to_dict
 from trainers.credit import STRATEGIES, CreditConfig, CreditOutput, get_strategy, needs
 from trainers.credit import loss_mask as loss_tokens
-from trainers.device import DEVICE_HELP, check_device_spec
+from trainers.device import BF16_HELP, DEVICE_HELP, DTYPE_CHOICES, DTYPE_HELP, check_device_spec
 from trainers.engines import ENGINES, default_engine
 from trainers.episode import Episode
 from trainers.provenance import record_command
@@ -203,13 +208,8 @@ class RLConfig:
         "LoRA: checkpoints also hold policy/, the adapter merged into a plain HF folder (what --init, "
         "leaderboards.evaluate and vLLM load); adapter/ is always saved",
     )
-    dtype: str = arg(
-        "bfloat16",
-        "weights of the update: bfloat16 weights with fp32 master weights and optimizer state (no per-forward casts; "
-        "autocast off), or float32 (under --bf16 autocast)",
-        choices=("float32", "bfloat16"),
-    )
-    bf16: bool = arg(True, "bf16 autocast for generation and, with --dtype float32, the update")
+    dtype: str = arg("auto", DTYPE_HELP, choices=DTYPE_CHOICES)
+    bf16: bool | None = arg(None, BF16_HELP)
     threads: int = arg(0, "torch threads (0 = torch's default)")
     device: str = arg("auto", DEVICE_HELP)
     verbose: bool = arg(False, "vLLM's, transformers' and Java's INFO logs too (default: warnings and errors)")
@@ -369,7 +369,7 @@ class RLConfig:
     @property
     def autocast(self) -> bool:
         """The update runs under bf16 autocast (fp32 weights and --bf16; bf16 weights need none)."""
-        return self.bf16 and self.dtype == "float32"
+        return bool(self.bf16) and self.dtype == "float32"
 
     def env_kwargs(self) -> dict[str, dict[str, Any]]:
         """``gym.make`` kwargs per --env id, from ``--env-kwarg``."""
@@ -510,7 +510,7 @@ def train(cfg: RLConfig, command: tuple[str, Sequence[str]] | None = None) -> di
     from agentgym_turn.models import load_causal_lm, resolve_model_path
     from trainers import checkpoint as ckpt
     from trainers import modeling as M
-    from trainers.device import peak_device_memory_gib, place_model, resolve_device, set_threads
+    from trainers.device import peak_device_memory_gib, place_model, resolve_device, resolve_precision, set_threads
     from trainers.engines import make_engine, stop_token_ids
     from trainers.evaluation import HeldOut, close_pools, evaluate_policy, parse_env_kwargs
     from trainers.loggers import RunRecorder
@@ -522,6 +522,8 @@ def train(cfg: RLConfig, command: tuple[str, Sequence[str]] | None = None) -> di
     M.seed_everything(cfg.seed)
     device = resolve_device(cfg.device)  # the policy, critic, reference and every batch of the update live there
     set_threads(device, cfg.threads)
+    dtype, bf16 = resolve_precision(cfg.dtype, cfg.bf16, device)  # --dtype auto, --bf16 unset: per the device
+    cfg = dataclasses.replace(cfg, dtype=dtype, bf16=bf16)  # config.json records what ran
 
     # ---- run directory, resume point ------------------------------------------------------------------------
     run = Path(cfg.out_dir)
@@ -594,7 +596,7 @@ def train(cfg: RLConfig, command: tuple[str, Sequence[str]] | None = None) -> di
     # vLLM on the GPU that trains: in this process (weights pushed in memory), asleep during the update
     colocated = cfg.engine == "vllm" and device.type == "cuda" and not cfg.ray_gen_workers
     engine_kwargs = dict(autocast_bf16=cfg.bf16, max_model_len=cfg.max_context, kv_cache_gib=cfg.engine_kv_cache_gib,
-                         compile_model=cfg.engine_compile)  # fmt: skip
+                         compile_model=cfg.engine_compile, dtype="bfloat16" if cfg.bf16 else "float32")  # fmt: skip
     if cfg.ray_gen_workers:  # generation actors on the cluster, each with a copy of the policy
         from trainers.ray_rollout import RayEngine
 

@@ -92,6 +92,7 @@ demonstrations (the generator repeats rooms: 418 distinct in 512 draws).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -210,7 +211,10 @@ class SFTConfig:
     max_turns: int = arg(30, "max policy turns of an episode (30, TARL's budget, is at or above every env's own)")
     eval_tasks: int = arg(64, "held-out tasks played greedily by the fine-tuned model afterwards (0 = none)")
     eval_max_new_tokens: int = arg(96, "generated tokens per turn in the evaluation")
-    bf16: bool = arg(True, "bf16 autocast")
+    bf16: bool | None = arg(
+        None,
+        "bf16 autocast (default: on where the device has bf16 kernels, trainers.device.native_bf16; --no-bf16: fp32)",
+    )
     threads: int = arg(0, "torch threads (0 = torch's default)")
     device: str = arg("auto", DEVICE_HELP)
     verbose: bool = arg(False, "vLLM's, transformers' and Java's INFO logs too (default: warnings and errors)")
@@ -352,7 +356,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     from agentgym_turn.models import load_causal_lm
     from trainers.checkpoint import policy_folder
-    from trainers.device import place_model, resolve_device, set_threads
+    from trainers.device import place_model, resolve_device, resolve_precision, set_threads
     from trainers.loggers import make_loggers
     from trainers.modeling import save_policy, seed_everything
     from trainers.provenance import record_command
@@ -365,6 +369,7 @@ def main(argv: list[str] | None = None) -> dict:
     seed_everything(cfg.seed)
     device = resolve_device(cfg.device)
     set_threads(device, cfg.threads)
+    cfg = dataclasses.replace(cfg, bf16=resolve_precision("float32", cfg.bf16, device)[1])  # config.json: what ran
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))

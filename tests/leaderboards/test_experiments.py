@@ -300,6 +300,7 @@ def test_an_attempt_from_uncommitted_code_names_the_changed_files(tmp_path, monk
     attempt = json.loads((tmp_path / "run" / "run.json").read_text())["attempts"][0]
     assert attempt["uncommitted_code"] == ["rl.py"]  # docs and results left out
     assert attempt["host"]["cores"] >= 1 and attempt["host"]["cpu"]  # which runs shared a machine
+    assert isinstance(attempt["host"]["bf16_kernels"], bool)  # how fast bf16 ran there
 
 
 def test_seed_band_is_the_percentile_bootstrap_by_hand():

@@ -135,6 +135,58 @@ def test_device_specs_resolve_or_fail_with_the_fix():
             resolve_device("cuda:0")
 
 
+def test_bf16_kernels_are_detected_from_the_cpus_instruction_sets():
+    """oneDNN has bf16 kernels from AVX-512 (BW, VL, DQ) or AMX on; an AVX2-only CPU has none (torch then takes a
+    generic bf16 path, an update 10-20x slower than in fp32: bench/bench_train.py's fp32 variant)."""
+    from trainers.device import native_bf16
+
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.is_file():
+        pytest.skip("no /proc/cpuinfo to read the CPU's instruction sets from")
+    flags = set(next(line for line in cpuinfo.read_text().splitlines() if line.startswith("flags")).split())
+    expected = {"avx512bw", "avx512vl", "avx512dq"} <= flags or "amx_bf16" in flags
+    assert native_bf16("cpu") is expected
+    assert native_bf16(torch.device("cpu")) is expected
+
+
+def test_precision_auto_follows_the_devices_bf16_kernels(monkeypatch, capsys):
+    from trainers import device as D
+
+    for native in (True, False):
+        monkeypatch.setattr(D, "native_bf16", lambda _device, native=native: native)
+        assert D.resolve_precision("auto", None, "cpu") == (("bfloat16", True) if native else ("float32", False))
+        assert D.resolve_precision("float32", None, "cpu") == ("float32", native)
+        assert D.resolve_precision("float32", False, "cpu") == ("float32", False)
+        assert D.resolve_precision("auto", False, "cpu") == ("bfloat16" if native else "float32", False)
+    assert capsys.readouterr().err == ""  # nothing above asked for bf16 where it is slow
+    # an explicit bf16 choice is kept where it is slow, with a warning that names the fast flags
+    assert D.resolve_precision("bfloat16", None, "cpu") == ("bfloat16", False)
+    err = capsys.readouterr().err
+    assert "--dtype bfloat16 computes bf16" in err and "pass --dtype float32 --no-bf16" in err
+    assert D.resolve_precision("float32", True, "cpu") == ("float32", True)
+    assert "--bf16 computes bf16" in capsys.readouterr().err
+    with pytest.raises(InvalidArgument, match="--dtype 'half' is not one of auto, bfloat16, float32"):
+        D.resolve_precision("half", None, "cpu")
+
+
+def test_runs_record_the_precision_they_resolved(tmp_path, tiny_model_dir):
+    """``--dtype auto`` (the default) and an unset ``--bf16`` are resolved before anything runs; config.json holds
+    the resolved values, so a run's folder says how it computed."""
+    import json
+
+    from trainers.device import native_bf16
+    from trainers.rl import RLConfig, train
+
+    native = native_bf16("cpu")
+    cfg = RLConfig(env=[ENV], model=tiny_model_dir, steps=1, tasks_per_step=2, group_size=2, max_new_tokens=8,
+                   max_context=256, max_turns=2, threads=1, out_dir=str(tmp_path / "run"), sft_episodes=0,
+                   engine="transformers", device="cpu")  # fmt: skip
+    assert (cfg.dtype, cfg.bf16) == ("auto", None)
+    train(cfg)
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (config["dtype"], config["bf16"]) == (("bfloat16", True) if native else ("float32", False))
+
+
 @pytest.mark.parametrize("name", ["RLConfig", "SFTConfig"])
 def test_device_flag_is_validated_by_the_cli(name, capsys):
     from trainers import rl, sft
