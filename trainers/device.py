@@ -165,7 +165,7 @@ def resolve_precision(dtype: str, bf16: bool | None, device: Any) -> tuple[str, 
         print(
             f"[device] warning: {device} has no bf16 kernels (an AVX2-only CPU?), so {asked} computes bf16 through "
             "torch's generic path (an update measured 10-20x slower than in fp32 on such a CPU); pass --dtype "
-            "float32 --no-bf16 (or --dtype auto) for the fast path.",
+            "float32 --no-bf16 (or leave both unset) for the fast path.",
             file=sys.stderr,
             flush=True,
         )
