@@ -156,10 +156,9 @@ class VLLMEngine:
         import torch
 
         if dtype is None:
-            from trainers.device import native_bf16
+            from trainers.device import native_bf16, resolve_device
 
-            dtype = "bfloat16" if native_bf16("cuda" if torch.cuda.is_available() else "cpu") else "float32"
-        self.dtype = dtype
+            dtype = "bfloat16" if native_bf16(resolve_device("auto")) else "float32"
         self.colocate, self.lora_rank = colocate, lora_rank
         self.sleep_mode = colocate and torch.cuda.is_available()  # vLLM's CPU backend has no sleep mode
         self._adapter: Any = None  # the LoRARequest of the last pushed adapter (None: the base weights)
