@@ -14,7 +14,7 @@ over ``--rounds`` rounds on the same episodes and threads:
 - ``prefix``: ``bf16`` with prefix sharing (``--share-prefix``, the RL default): the prompt a pack's episodes share
   is computed once per pack (``modeling.pack_shared``, 2048 computed tokens a pack) in every pass;
 - ``fp32``: ``prefix`` in fp32 weights with no autocast at all (``--dtype float32 --no-bf16``: what ``--dtype auto``
-  picks on a CPU without bf16 kernels, see ``trainers.device.native_bf16``).
+  picks on a CPU without bf16 kernels, see ``agentgym_turn.hardware.native_bf16``).
 
 Episodes come in groups of ``--group`` (a task's episodes share system prompt and question; different tasks share
 the system prompt), as an RL step's do.

@@ -436,11 +436,11 @@ def host() -> dict[str, Any]:
     """The CPU an attempt ran on: its model name and the cores this process may use, so that runs compared with one
     another say whether they shared a machine (the speed of a step depends on it; sampled rollouts at one seed can
     differ between runs even on one machine: vLLM's engine core, in its own process, batches requests by timing),
-    and whether it has bf16 kernels (``trainers.device.native_bf16``: without them ``--dtype auto`` trains in fp32,
-    and an explicit bf16 run is 10-20x slower)."""
+    and whether it has bf16 kernels (``agentgym_turn.hardware.native_bf16``: without them ``--dtype auto`` trains in
+    fp32, and an explicit bf16 run is 10-20x slower)."""
     import platform
 
-    from trainers.device import native_bf16
+    from agentgym_turn.hardware import native_bf16
 
     name = ""
     try:

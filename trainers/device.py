@@ -52,6 +52,7 @@ import sys
 from typing import Any
 
 from agentgym_turn.error import InvalidArgument
+from agentgym_turn.hardware import native_bf16
 
 DEVICE_HELP = (
     "where the policy, critic, reference and every batch live: auto (the first CUDA GPU torch sees, else cpu), cpu, "
@@ -131,20 +132,6 @@ BF16_HELP = (
     "bf16 for generation (the transformers engine's autocast, vLLM's dtype; --no-bf16: float32) and, with --dtype "
     "float32, autocast in the update (default: on where the device has bf16 kernels, as --dtype auto decides)"
 )
-
-
-def native_bf16(device: Any) -> bool:
-    """Whether ``device`` has fast bf16 matmul kernels: a CUDA GPU that supports bf16, or a CPU where oneDNN has
-    them (AVX-512 or AMX; ``torch.ops.mkldnn._is_mkldnn_bf16_supported``). On an AVX2-only CPU torch falls back to
-    a generic bf16 path: an update measured 10-20x slower than in fp32 there (``bench/bench_train.py``)."""
-    import torch
-
-    kind = getattr(device, "type", str(device))
-    if kind == "cuda":
-        return bool(torch.cuda.is_bf16_supported())
-    if kind == "cpu":
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    return False
 
 
 def resolve_precision(dtype: str, bf16: bool | None, device: Any) -> tuple[str, bool]:

