@@ -619,9 +619,57 @@ def select_runs(spec: Spec, root: Path, only: Sequence[str] = ()) -> list[Run]:
     return [r for r in runs if r.arm.name in only or f"{r.arm.name}/seed{r.seed}" in only]
 
 
+def precision_warning(spec: Spec, root: Path, runs: Sequence[Run], native: bool) -> str | None:
+    """What a host without bf16 kernels (``native`` False: an AVX2-only CPU) should know before it plays ``runs``:
+    which of them ask for bf16 (``dtype = "bfloat16"`` or ``bf16 = true``, computed there through torch's generic
+    path, 10-20x slower than fp32) and whether the warm start, rebuilt with ``bf16`` unset, will train in fp32 (its
+    cold start can then differ from a committed one trained in bf16). ``None`` when there is nothing to say."""
+    if native:
+        return None
+    warm = spec.warm_dir(root) if spec.warm_start is not None else None
+    slow = []
+    for run in runs:
+        if run_state(run.out_dir) != "done":
+            cfg = _config_of(spec, run, warm)
+            if cfg.dtype == "bfloat16" or cfg.bf16:
+                slow.append(f"{run.arm.name}/seed{run.seed}")
+    rebuilt_fp32 = (
+        spec.warm_start is not None
+        and warm is not None
+        and warm_weights(warm) is None
+        and spec.warm_start.args.get("bf16") is None
+    )
+    if not slow and not rebuilt_fp32:
+        return None
+    parts = []
+    if slow:
+        shown = ", ".join(slow[:4]) + (f" and {len(slow) - 4} more" if len(slow) > 4 else "")
+        parts.append(
+            f"{len(slow)} run(s) of {spec.name} ask for bf16 ({shown}): here bf16 computes through torch's generic "
+            "path, an update 10-20x slower than fp32"
+        )
+    if rebuilt_fp32:
+        parts.append(
+            "the warm start leaves bf16 unset, so its rebuild trains in fp32 here and its cold start can differ from "
+            "one trained in bf16"
+        )
+    return (
+        "[experiments] warning: this host has no bf16 kernels (an AVX2-only CPU?); " + "; ".join(parts) + ". To "
+        "match runs made in bf16 (the committed grids' runs) use a host with AVX-512 or AMX or a bf16 GPU; to train "
+        'fast here, set dtype = "auto" and drop bf16 in a copy of the spec (its numbers are then its own).'
+    )
+
+
 def run_grid(spec: Spec, root: Path, only: Sequence[str] = ()) -> None:
-    """Play the warm start and every run not yet done (or those named by ``only``), sequentially."""
+    """Play the warm start and every run not yet done (or those named by ``only``), sequentially; first, on a
+    host without bf16 kernels, a warning for what will run slowly or differently there (:func:`precision_warning`)."""
+    from agentgym_turn.hardware import native_bf16
+    from trainers.device import resolve_device
+
     selected = select_runs(spec, root, only)
+    warning = precision_warning(spec, root, selected, native_bf16(resolve_device("auto")))
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     warm = build_warm_start(spec, root)
     build_check_seeds(spec, root, only)
     for run in selected:

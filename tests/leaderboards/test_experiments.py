@@ -28,6 +28,7 @@ from leaderboards.experiments import (
     main,
     paired_delta,
     paper_name,
+    precision_warning,
     render_table,
     seed_band,
     select_runs,
@@ -354,6 +355,29 @@ def test_aggregate_bands_tables_and_rows_from_written_metric_files(tmp_path):
     band = curves({("a", s): [{"step": 2, "k": v}] for s, v in enumerate([0.0, 0.0, 0.0, 1.0])}, "k")
     assert band == {"a": [(2, 0.25, 0.0, 0.75)]}
     assert np.isclose(table["a"]["success"]["estimate"], np.mean([0, 0, 0, 1]))
+
+
+def test_a_host_without_bf16_kernels_is_warned_before_runs_that_ask_for_bf16(tmp_path, tiny_model_dir):
+    """On an AVX2-only CPU a bf16 run is 10-20x slower and a warm start rebuilt with bf16 unset trains in fp32: the
+    runner says so before it starts (and says nothing where the kernels exist or nothing asks for bf16)."""
+    plain = load_spec(write_tiny_spec(tmp_path / "plain.toml", tiny_model_dir, steps=1))
+    root = tmp_path / "runs"
+    assert precision_warning(plain, root, select_runs(plain, root), native=False) is None  # bf16 = false throughout
+    text = (tmp_path / "plain.toml").read_text()
+    budget_bf16 = text.replace("engine = ", 'dtype = "bfloat16"\nengine = ')
+    warm_unset = budget_bf16.replace("max_context = 512\nbf16 = false\n", "max_context = 512\n")
+    (tmp_path / "bf16.toml").write_text(warm_unset.replace('name = "tiny"', 'name = "tinybf"'))
+    spec = load_spec(tmp_path / "bf16.toml")
+    runs = select_runs(spec, root)
+    assert precision_warning(spec, root, runs, native=True) is None
+    warning = precision_warning(spec, root, runs, native=False)
+    assert warning is not None and "1 run(s) of tinybf ask for bf16 (or/seed0)" in warning
+    assert "its rebuild trains in fp32 here" in warning and 'set dtype = "auto"' in warning
+    done = runs[0].out_dir
+    done.mkdir(parents=True)
+    (done / DONE).write_text("{}")  # a finished run asks for nothing
+    warning = precision_warning(spec, root, runs, native=False)
+    assert warning is not None and "ask for bf16" not in warning and "rebuild trains in fp32" in warning
 
 
 def test_runner_end_to_end_kill_resume_skip_and_aggregate(tmp_path, tiny_model_dir, capsys):
