@@ -141,7 +141,10 @@ def pack_shared(
 ) -> list[Pack]:
     """Pack ``episodes[indices]`` for prefix sharing: each pack's members share their first ``shared`` tokens
     (at most :func:`shareable_tokens` of each), computed once; a pack computes at most ``pack_tokens`` tokens
-    (``shared`` + the members' suffixes; one longer episode gets its own pack). Tensors go to ``device``.
+    (``shared`` + the members' suffixes; one longer episode gets its own pack), or, when its members share more
+    than ``pack_tokens`` tokens (τ's ~5k-token policy document), that prefix once plus at most ``pack_tokens``
+    tokens of suffixes: never more than ``pack_tokens`` beyond the longest member alone, for a fraction of the
+    compute of one pack per member. Tensors go to ``device``.
 
     Episodes are taken in lexicographic order of their shareable tokens, so a task's group is contiguous and
     neighbouring groups still share the system prompt; a pack grows while its computed tokens fit.
@@ -154,7 +157,8 @@ def pack_shared(
     for i in order:
         if members:
             s = min(shared, limit[i], common_prefix(episodes[members[0]].token_ids, episodes[i].token_ids))
-            if s + sum(len(episodes[j].token_ids) - s for j in [*members, i]) <= pack_tokens:
+            rest = sum(len(episodes[j].token_ids) - s for j in [*members, i])
+            if s + rest <= pack_tokens or (s > pack_tokens and rest <= pack_tokens):
                 members.append(i)
                 shared = s
                 continue

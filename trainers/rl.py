@@ -159,7 +159,9 @@ class RLConfig:
         "pass, up to the position before the first policy token (--no-share-prefix: every episode whole)",
     )
     share_pack_tokens: int = arg(
-        2048, "with --share-prefix: tokens one pack computes (its shared prefix once + each episode's rest)"
+        2048,
+        "with --share-prefix: tokens one pack computes (its shared prefix once + each episode's rest); a prefix "
+        "longer than this is still shared, with up to this many tokens of the episodes' rests",
     )
     aggregation: str = arg("seq_mean_token_mean", "loss reduction", choices=("seq_mean_token_mean", "token_mean"))
     ratio_level: str = arg(

@@ -114,6 +114,32 @@ def test_shared_prefix_gives_the_losses_and_gradients_of_the_unshared_path(tree:
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
+def test_a_prompt_longer_than_the_pack_budget_is_still_shared() -> None:
+    """τ's policy document makes a ~5k-token prompt, longer than --share-pack-tokens (2048): a group's episodes
+    still share it, with at most the budget's tokens of their rests in the pack (computed alone, each episode
+    would need its own pass over the whole prompt)."""
+    rng = np.random.default_rng(1)
+    prompt = rng.integers(0, VOCAB, 50)
+
+    def episode(rest: int) -> Episode:
+        ids = np.concatenate([prompt, rng.integers(0, VOCAB, rest)])
+        mask = np.r_[np.zeros(len(prompt)), np.ones(rest)].astype(np.int64)
+        return Episode(env_id="toy", group=0, token_ids=ids, loss_mask=mask, turn_index=mask - 1,
+                       logprobs=-rng.random(len(ids)) * mask, turn_rewards=[{"o": 1.0}], reward_levels={"o": "outcome"},
+                       terminated=True)  # fmt: skip
+
+    eps = [episode(5), episode(6), episode(4), episode(9)]  # 49 shareable tokens; rests of 6, 7, 5 and 10
+    [pack] = M.pack_shared(eps, [0, 1, 2], 18)  # the prefix once (49 > 18) + 6 + 7 + 5 tokens of rests
+    assert pack.shared == 49 and pack.members == [0, 1, 2]
+    packs = M.pack_shared(eps, range(4), 18)  # the fourth's rest would take the rests to 28 > 18: its own pack
+    assert [(p.members, p.shared) for p in packs] == [([0, 1, 2], 49), ([3], 0)]
+    assert [p.members for p in M.pack_shared(eps, range(4), 16)] == [[0, 1], [2, 3]]  # 6 + 7, then 5 + 10
+    [whole] = M.pack_shared(eps, range(4), 100)  # all within the budget (49 + 28): one pack, as before
+    assert whole.shared == 49
+    assert [p.members for p in M.pack_shared(eps, [0, 1], 55)] == [[0], [1]]  # a prefix within the budget: the
+    # budget holds for the whole pack (49 + 13 > 55), as before
+
+
 def test_the_credit_output_is_the_same_with_values_from_shared_packs() -> None:
     """GAE reads the critic from the position before the first policy token on: the prefix's zeros never enter."""
     torch.set_num_threads(1)
