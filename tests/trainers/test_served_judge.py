@@ -33,7 +33,7 @@ EXACT = CreditConfig(eps=1e-12, whiten_advantages=False)
 
 @pytest.fixture(scope="module")
 def server():
-    with VLLMServer("smollm2", max_model_len=8192) as srv:
+    with VLLMServer("smollm2", max_model_len=8192, kv_cache_gib=1) as srv:  # 1 GiB: ~23k fp32 tokens, room left
         yield srv
 
 
@@ -64,8 +64,10 @@ def test_evaluate_through_the_http_engine(server: VLLMServer, tmp_path: Path) ->
 def test_the_readme_tarl_command_trains_2_steps_against_the_served_judge(server: VLLMServer, tmp_path: Path) -> None:
     """The README's TARL command (``trainers.mtppo --strategy tarl_ppo_turn``, τ retail mixed with arithmetic, the
     judge given as ``--env-kwarg TurnRL/TauRetail-v1:judge=URL#MODEL``), sized down to 2 steps of 2 x 2 episodes
-    with τ's own turn budget at 3 so it runs in minutes, one episode per optimizer pass (τ's policy document makes
-    every prompt ~5k tokens); the policy is SmolLM2 itself, no cold start."""
+    with τ's own turn budget at 3 so it runs in minutes and a 1 GiB KV cache for each vLLM (their two processes
+    sit beside an update in fp32 that peaked near 13 GiB on a 23 GiB host); the policy is SmolLM2 itself, no cold
+    start. τ's policy document makes every prompt ~5k tokens, longer than a pack's budget (``--share-pack-tokens``
+    2048): a group's episodes compute it once all the same (``trainers.modeling.pack_shared``)."""
     import json
 
     from trainers import mtppo, rl
@@ -89,7 +91,7 @@ def test_the_readme_tarl_command_trains_2_steps_against_the_served_judge(server:
     ]
     small = ["--model", "smollm2", "--sft-episodes", "0", "--steps", "2", "--tasks-per-step", "2", "--group-size", "2",
              "--max-new-tokens", "48", "--env-kwarg", f"{TAU}:max_turns=3", f"{TAU}:judge_max_tokens=48",
-             "--minibatches", "4", "--threads", "2", "--out-dir", str(out)]  # fmt: skip
+             "--engine-kv-cache-gib", "1", "--threads", "2", "--out-dir", str(out)]  # fmt: skip
     rl.main([*readme, *small], prog="python -m trainers.mtppo", defaults=mtppo.DEFAULTS)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "losses/policy" in r]
