@@ -633,12 +633,8 @@ def precision_warning(spec: Spec, root: Path, runs: Sequence[Run], native: bool)
             cfg = _config_of(spec, run, warm)
             if cfg.dtype == "bfloat16" or cfg.bf16:
                 slow.append(f"{run.arm.name}/seed{run.seed}")
-    rebuilt_fp32 = (
-        spec.warm_start is not None
-        and warm is not None
-        and warm_weights(warm) is None
-        and spec.warm_start.args.get("bf16") is None
-    )
+    ws = spec.warm_start
+    rebuilt_fp32 = ws is not None and ws.args.get("bf16") is None and warm_weights(spec.warm_dir(root)) is None
     if not slow and not rebuilt_fp32:
         return None
     parts = []
