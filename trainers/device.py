@@ -11,10 +11,11 @@ colocation and sleep mode in ``trainers.engines``) has only run as far as the CP
 where").
 
 **Precision** (:func:`resolve_precision`): ``--dtype auto`` and an unset ``--bf16``, the trainers' defaults, compute
-in bf16 where the device has bf16 kernels (:func:`native_bf16`: a bf16 GPU; a CPU with AVX-512 or AMX, where oneDNN
-has them) and in fp32 elsewhere. On an AVX2-only CPU torch's bf16 matmuls take a generic path: measured there
-(2-core AMD EPYC, 2026-11-27) an update of 11.1 against 109.0 tokens/s (``bench/bench_train.py``) and vLLM
-generating 6.7 against 21.6 tokens/s (``bench/bench_rollout.py --fp32``).
+in bf16 where the device computes bf16 fast (:func:`native_bf16`: a bf16 GPU; a CPU with native bf16 instructions,
+``avx512_bf16`` or ``amx_bf16``, that a short timed probe confirms, cached per host) and in fp32 elsewhere. Where a CPU
+emulates bf16 (AVX2 only, or AVX-512 without bf16 instructions) its bf16 matmuls run several times slower than fp32:
+an update of 11.1 against 109.0 tokens/s on an AVX2-only AMD EPYC, a matmul of 19.8 against 81.5 GFLOP/s on an
+AVX-512 Xeon without ``avx512_bf16`` (``bench/bench_precision.py`` prints both on the host it runs on).
 
 **Memory plan** of one GPU (estimates from the formulas below, not measurements: this project has had no GPU).
 Per parameter of a fully fine-tuned model under ``--dtype bfloat16``: 2 B bf16 weights + 4 B fp32 master + 8 B
@@ -125,19 +126,19 @@ def set_threads(device: Any, threads: int) -> None:
 DTYPE_CHOICES = ("auto", "bfloat16", "float32")
 DTYPE_HELP = (
     "weights of the update: bfloat16 weights with fp32 master weights and optimizer state (no per-forward casts; "
-    "autocast off), float32 (under --bf16 autocast), or auto: bfloat16 where the device has bf16 kernels (a CUDA GPU "
-    "that supports it; a CPU with AVX-512 or AMX), else float32"
+    "autocast off), float32 (under --bf16 autocast), or auto: bfloat16 where the device computes it fast (a CUDA GPU "
+    "that supports it; a CPU with avx512_bf16 or amx_bf16 instructions that a timed probe confirms), else float32"
 )
 BF16_HELP = (
     "bf16 for generation (the transformers engine's autocast, vLLM's dtype; --no-bf16: float32) and, with --dtype "
-    "float32, autocast in the update (default: on where the device has bf16 kernels, as --dtype auto decides)"
+    "float32, autocast in the update (default: on where the device computes bf16 natively, as --dtype auto decides)"
 )
 
 
 def resolve_precision(dtype: str, bf16: bool | None, device: Any) -> tuple[str, bool]:
-    """``(dtype, bf16)`` with ``--dtype auto`` and an unset ``--bf16`` resolved for ``device``: bf16 where it has
-    bf16 kernels (:func:`native_bf16`), else fp32 with no autocast. An explicit bf16 choice is kept, with a warning
-    on a device without those kernels that names the flags for the fast path.
+    """``(dtype, bf16)`` with ``--dtype auto`` and an unset ``--bf16`` resolved for ``device``: bf16 where it computes
+    bf16 natively (:func:`native_bf16`), else fp32 with no autocast. An explicit bf16 choice is kept, with a warning
+    on a device that emulates bf16, naming the flags for the fast path.
 
     >>> resolve_precision("float32", False, "cpu")
     ('float32', False)
@@ -150,8 +151,9 @@ def resolve_precision(dtype: str, bf16: bool | None, device: Any) -> tuple[str, 
     if not native and (resolved == "bfloat16" or autocast):
         asked = " ".join(f for f, on in ((f"--dtype {resolved}", resolved == "bfloat16"), ("--bf16", autocast)) if on)
         print(
-            f"[device] warning: {device} has no bf16 kernels (an AVX2-only CPU?), so {asked} computes bf16 through "
-            "torch's generic path (an update measured 10-20x slower than in fp32 on such a CPU); pass --dtype "
+            f"[device] warning: {device} has no native bf16 (no avx512_bf16 or amx_bf16, or a probe found bf16 no "
+            f"faster than fp32), so {asked} computes emulated bf16 (an update measured 4-10x slower than in fp32 on "
+            "such CPUs); pass --dtype "
             "float32 --no-bf16 (or leave both unset) for the fast path.",
             file=sys.stderr,
             flush=True,

@@ -213,7 +213,7 @@ class SFTConfig:
     eval_max_new_tokens: int = arg(96, "generated tokens per turn in the evaluation")
     bf16: bool | None = arg(
         None,
-        "bf16 autocast (default: on where the device has bf16 kernels, agentgym_turn.hardware.native_bf16; "
+        "bf16 autocast (default: on where the device computes bf16 natively, agentgym_turn.hardware.native_bf16; "
         "--no-bf16: fp32)",
     )
     threads: int = arg(0, "torch threads (0 = torch's default)")
