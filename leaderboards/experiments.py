@@ -45,7 +45,11 @@ on the held-out tasks by ``python -m leaderboards.evaluate`` (its row, with boot
 a resume needs is dropped (the checkpoint's optimizer state and vLLM's weight copy; the final policy stays), and
 only then ``<run>/DONE.json`` is written; a run with it is skipped. ``<run>/run.json``
 records the spec, arm, seed, the exact command and the git sha of every attempt; a run whose command changed since
-it started (the spec was edited) stops the runner instead of mixing two configs.
+it started (the spec was edited) stops the runner instead of mixing two configs. Every command goes through one
+launcher (:data:`Launch`, the ``launch`` argument of :func:`run_grid` and the functions under it):
+:func:`launch_subprocess` by default, so that a run killed or crashed ends its own process, not the runner; the
+tests pass one that plays the command in their own process (``tests/leaderboards/conftest.py``), without a new
+interpreter's ~25 s of imports per run.
 
 **Aggregation** reads every run's ``metrics.jsonl`` and final evaluation: per arm and step, the mean over seeds and
 a 95% percentile-bootstrap band over seeds (``curves_eval.png`` for the in-training ``eval/...`` keys,
@@ -67,7 +71,7 @@ import subprocess
 import sys
 import time
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -457,22 +461,35 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def call_logged(cmd: Sequence[str], log: Path) -> None:
-    """Run ``cmd`` (cwd: the repository), appending its output to ``log``; a failure raises with the log's tail."""
-    log.parent.mkdir(parents=True, exist_ok=True)
+#: How the runner starts one command, ``[python, "-m", module, *args]``: ``launch(cmd, log)`` runs it with its
+#: stdout and stderr appended to the file ``log`` and returns its exit status (0: success).
+Launch = Callable[[list[str], Path], int]
+
+
+def launch_subprocess(cmd: list[str], log: Path) -> int:
+    """The default :data:`Launch`: ``cmd`` as a child process (this process's working directory; the repository on
+    ``PYTHONPATH``), its output appended to ``log``; returns its exit status. A run that crashes or is killed ends
+    only the child: the runner gets the status (negative: the signal) and stops with the log's tail."""
     repo = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH")) if p)}
     with open(log, "a") as f:
+        return subprocess.run(list(cmd), stdout=f, stderr=subprocess.STDOUT, env=env, check=False).returncode
+
+
+def call_logged(cmd: Sequence[str], log: Path, launch: Launch = launch_subprocess) -> None:
+    """Run ``cmd`` through ``launch`` (a subprocess by default), appending a header line and its output to ``log``;
+    a failure raises with the log's tail."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as f:
         f.write(f"\n$ {' '.join(cmd[1:])}  # {_now()}\n")
-        f.flush()
-        rc = subprocess.run(list(cmd), stdout=f, stderr=subprocess.STDOUT, env=env, check=False).returncode
+    rc = launch(list(cmd), log)
     if rc != 0:
         tail = log.read_text()[-3000:]
         raise RuntimeError(f"{' '.join(cmd[1:4])} ... exited with {rc}; its log {log} ends with:\n{tail}")
 
 
 # ---------------------------------------------------------------------------------------------------- run
-def build_check_seeds(spec: Spec, root: Path, only: Sequence[str] = ()) -> None:
+def build_check_seeds(spec: Spec, root: Path, only: Sequence[str] = (), *, launch: Launch = launch_subprocess) -> None:
     """Build and evaluate the warm start's command at each of its ``check_seeds`` not yet done (results only:
     nothing starts from them, so a committed one is never rebuilt); with ``only``, just those it names
     (``warm_start_seed<k>``)."""
@@ -480,12 +497,19 @@ def build_check_seeds(spec: Spec, root: Path, only: Sequence[str] = ()) -> None:
         if only and out.name not in only:
             continue
         if not (out / DONE).is_file():
-            build_warm_start(spec, root, out=out, seed=seed)
+            build_warm_start(spec, root, out=out, seed=seed, launch=launch)
 
 
-def build_warm_start(spec: Spec, root: Path, *, out: Path | None = None, seed: int | None = None) -> Path | None:
+def build_warm_start(
+    spec: Spec,
+    root: Path,
+    *,
+    out: Path | None = None,
+    seed: int | None = None,
+    launch: Launch = launch_subprocess,
+) -> Path | None:
     """Build the shared warm start once (its ``DONE.json`` marks it built); returns its folder. ``out`` and
-    ``seed``: the same command at another seed into another folder (a check seed)."""
+    ``seed``: the same command at another seed into another folder (a check seed); ``launch``: see :data:`Launch`."""
     if spec.warm_start is None:
         return None
     out = spec.warm_dir(root) if out is None else out
@@ -509,7 +533,7 @@ def build_warm_start(spec: Spec, root: Path, *, out: Path | None = None, seed: i
         rebuilt_log.unlink(missing_ok=True)
     t0 = time.perf_counter()
     try:
-        call_logged(cmd, out / "log.txt")
+        call_logged(cmd, out / "log.txt", launch)
     finally:
         if kept.is_file():
             if log.is_file():
@@ -525,7 +549,7 @@ def build_warm_start(spec: Spec, root: Path, *, out: Path | None = None, seed: i
     for old in evaluated.glob("*.jsonl") if evaluated.exists() else ():
         old.unlink()
     for c in eval_commands(spec, policy, evaluated, budget):
-        call_logged(c, out / "log.txt")
+        call_logged(c, out / "log.txt", launch)
     if done:
         report = compare_evaluations(out / "final-eval", evaluated)
         print(f"[experiments] {spec.name}: rebuilt warm start vs committed: {report}", flush=True)
@@ -575,8 +599,8 @@ def compare_evaluations(committed: Path, rebuilt: Path) -> dict[str, Any]:
     return out
 
 
-def play_run(spec: Spec, run: Run, warm: Path | None) -> None:
-    """Train (or resume) one run, evaluate its final policy, mark it done."""
+def play_run(spec: Spec, run: Run, warm: Path | None, *, launch: Launch = launch_subprocess) -> None:
+    """Train (or resume) one run, evaluate its final policy, mark it done; ``launch``: see :data:`Launch`."""
     from trainers.checkpoint import drop_training_state, policy_folder
 
     cfg = _config_of(spec, run, warm)
@@ -589,7 +613,7 @@ def play_run(spec: Spec, run: Run, warm: Path | None) -> None:
         print(f"[experiments] {spec.name}/{run.arm.name}/seed{run.seed}: "
               f"{'resuming at step ' + str(done_steps) if done_steps else 'starting'} ({cfg.steps} steps)",
               flush=True)  # fmt: skip
-        call_logged(cmd, run.out_dir / "log.txt")
+        call_logged(cmd, run.out_dir / "log.txt", launch)
     if trained_steps(run.out_dir) != cfg.steps:
         raise RuntimeError(f"{run.out_dir}: the trainer exited 0 but its checkpoint is not at step {cfg.steps}.")
     evaluated = run.out_dir / "final-eval"
@@ -597,7 +621,7 @@ def play_run(spec: Spec, run: Run, warm: Path | None) -> None:
         for old in evaluated.glob("*.jsonl"):
             old.unlink()
     for c in eval_commands(spec, Path(policy_folder(str(run.out_dir))), evaluated, eval_budget(cfg)):
-        call_logged(c, run.out_dir / "log.txt")
+        call_logged(c, run.out_dir / "log.txt", launch)
     drop_training_state(run.out_dir)  # a done run is never resumed: ~1.3 GB a run of optimizer state and vLLM copy
     _write_json(run.out_dir / DONE, {"git_sha": git_sha(), "finished": _now(), "seconds": time.perf_counter() - t0,
                                      "steps": cfg.steps})  # fmt: skip
@@ -656,9 +680,10 @@ def precision_warning(spec: Spec, root: Path, runs: Sequence[Run], native: bool)
     )
 
 
-def run_grid(spec: Spec, root: Path, only: Sequence[str] = ()) -> None:
-    """Play the warm start and every run not yet done (or those named by ``only``), sequentially; first, on a
-    host without bf16 kernels, a warning for what will run slowly or differently there (:func:`precision_warning`)."""
+def run_grid(spec: Spec, root: Path, only: Sequence[str] = (), *, launch: Launch = launch_subprocess) -> None:
+    """Play the warm start and every run not yet done (or those named by ``only``), sequentially, each command
+    through ``launch`` (:data:`Launch`; default: a subprocess); first, on a host without bf16 kernels, a warning
+    for what will run slowly or differently there (:func:`precision_warning`)."""
     from agentgym_turn.hardware import native_bf16
     from trainers.device import resolve_device
 
@@ -666,13 +691,13 @@ def run_grid(spec: Spec, root: Path, only: Sequence[str] = ()) -> None:
     warning = precision_warning(spec, root, selected, native_bf16(resolve_device("auto")))
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    warm = build_warm_start(spec, root)
-    build_check_seeds(spec, root, only)
+    warm = build_warm_start(spec, root, launch=launch)
+    build_check_seeds(spec, root, only, launch=launch)
     for run in selected:
         if run_state(run.out_dir) == "done":
             print(f"[experiments] {spec.name}/{run.arm.name}/seed{run.seed}: done, skipped", flush=True)
             continue
-        play_run(spec, run, warm)
+        play_run(spec, run, warm, launch=launch)
     print(f"[experiments] {spec.name}: all {len(selected)} runs done; "
           f"aggregate with: python -m leaderboards.experiments aggregate {spec.path}", flush=True)  # fmt: skip
 
@@ -1045,8 +1070,8 @@ def _reported_cell(value: float | None) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------- CLI
-def main(argv: Sequence[str] | None = None) -> int:
-    """``run | status | aggregate SPEC``."""
+def main(argv: Sequence[str] | None = None, *, launch: Launch = launch_subprocess) -> int:
+    """``run | status | aggregate SPEC``; ``run`` starts each command through ``launch`` (:data:`Launch`)."""
     parser = argparse.ArgumentParser(prog="python -m leaderboards.experiments", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=("run", "status", "aggregate"))
     parser.add_argument("spec", help="experiment spec, e.g. experiments/wiki_mtgrpo.toml")
@@ -1078,7 +1103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InvalidArgument as exc:
         parser.error(str(exc))
     if args.command == "run":
-        run_grid(spec, root, args.only)
+        run_grid(spec, root, args.only, launch=launch)
     elif args.command == "status":
         rows = status(spec, root)
         for name, state, steps in rows:

@@ -19,6 +19,9 @@ evaluation command is rebuilt from the row's fields (:func:`rebuilt_command`); a
 training and its final evaluation, the commands its ``run.json`` records. Its committed row is the run's
 ``final-eval``.
 
+Every command is started by a launcher (:data:`leaderboards.experiments.Launch`, the ``launch`` argument of
+:func:`main`): a subprocess by default, as the grid's runner does; the tests play them in their own process.
+
 **The verdict**: for every metric of the row, the reproduced estimate against the committed estimate and its 95%
 CI over tasks; the row reproduces when every metric (or ``--metric``'s) lies inside its CI. The report goes to
 stdout and ``<work-dir>/reproduce.json``; the exit status is 0 when it reproduces, 1 when not (2: bad arguments).
@@ -40,6 +43,7 @@ from typing import Any
 
 from agentgym_turn.error import InvalidArgument
 from leaderboards.evaluate import git_sha
+from leaderboards.experiments import Launch, call_logged, launch_subprocess
 from leaderboards.tables import ResultRow, read_rows
 from trainers.provenance import WORK, replay_argv
 
@@ -132,9 +136,11 @@ def _shown(cmd: Sequence[str]) -> str:
     return " ".join(["python", *cmd[1:]] if cmd[0] == sys.executable else cmd)
 
 
-def reproduce_row(row: ResultRow, work: Path, *, dry_run: bool = False) -> ResultRow | None:
+def reproduce_row(
+    row: ResultRow, work: Path, *, dry_run: bool = False, launch: Launch = launch_subprocess
+) -> ResultRow | None:
     """Replay ``row.commands`` (or, for an older row of a scripted or bundled model, :func:`rebuilt_command`) in
-    ``work``; the evaluation's row goes to ``work/results``. Returns the new row."""
+    ``work``, each through ``launch``; the evaluation's row goes to ``work/results``. Returns the new row."""
     commands = row.commands or ([rebuilt] if (rebuilt := rebuilt_command(row)) else [])
     if not commands:
         raise InvalidArgument(
@@ -155,20 +161,24 @@ def reproduce_row(row: ResultRow, work: Path, *, dry_run: bool = False) -> Resul
         return None
     if any(WORK in token for c in commands for token in c) and work.exists() and any(work.iterdir()):
         raise InvalidArgument(f"--work-dir {work} is not empty; give a new folder so no earlier run is reused.")
-    from leaderboards.experiments import call_logged
-
     for c in commands:
         print("+ " + _shown(c), flush=True)
-        call_logged(c, work / "log.txt")
+        call_logged(c, work / "log.txt", launch)
     rows = read_rows(results) if results.is_dir() else []
     return rows[-1] if rows else None
 
 
 def reproduce_run(
-    spec_path: str, name: str, work: Path, *, committed_root: Path | None = None, dry_run: bool = False
+    spec_path: str,
+    name: str,
+    work: Path,
+    *,
+    committed_root: Path | None = None,
+    dry_run: bool = False,
+    launch: Launch = launch_subprocess,
 ) -> tuple[ResultRow, ResultRow | None]:
-    """Replay one run of an experiment grid (``ARM/seedK`` or ``warm_start``) in ``work``; returns its committed
-    final-eval row and the reproduced one."""
+    """Replay one run of an experiment grid (``ARM/seedK`` or ``warm_start``) in ``work``, each command through
+    ``launch``; returns its committed final-eval row and the reproduced one."""
     from leaderboards import experiments as X
 
     spec = X.load_spec(spec_path)
@@ -200,11 +210,11 @@ def reproduce_run(
     if new_dir.exists() and (new_dir / X.DONE).is_file():
         raise InvalidArgument(f"{new_dir} already holds a finished run; give a new --work-dir.")
     if check_seed is not None:
-        X.build_warm_start(spec, work, out=new_dir, seed=check_seed)
+        X.build_warm_start(spec, work, out=new_dir, seed=check_seed, launch=launch)
     else:
-        warm = X.build_warm_start(spec, work)
+        warm = X.build_warm_start(spec, work, launch=launch)
         if run is not None:
-            X.play_run(spec, run, warm)
+            X.play_run(spec, run, warm, launch=launch)
     rows = [r for r in read_rows(new_dir / "final-eval") if r.env_id == spec.env[0]]
     return committed[-1], rows[-1] if rows else None
 
@@ -226,8 +236,9 @@ def report(label: str, committed: ResultRow, checks: Sequence[Check], seconds: f
                         "reproduced": c.reproduced, "inside": c.inside} for c in checks]}  # fmt: skip
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``ROW`` or ``SPEC --run NAME``: replay, compare, print; exit 0 when it reproduces."""
+def main(argv: Sequence[str] | None = None, *, launch: Launch = launch_subprocess) -> int:
+    """``ROW`` or ``SPEC --run NAME``: replay (each command through ``launch``, a subprocess by default), compare,
+    print; exit 0 when it reproduces."""
     parser = argparse.ArgumentParser(prog="python -m leaderboards.reproduce", description=__doc__.split("\n\n")[0])
     parser.add_argument("target", help="RESULTS.jsonl:LINE, RESULTS.jsonl with --model, or an experiment spec .toml")
     parser.add_argument("--model", help="with a results file: its last row of this model (e.g. smollm2+sft)")
@@ -252,13 +263,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.work_dir or DEFAULT_WORK / f"{Path(args.target).stem}-{args.run.replace('/', '-')}-{stamp}"
             )
             root = Path(args.runs_dir) if args.runs_dir else None
-            committed, new = reproduce_run(args.target, args.run, work, committed_root=root, dry_run=args.dry_run)
+            committed, new = reproduce_run(
+                args.target, args.run, work, committed_root=root, dry_run=args.dry_run, launch=launch
+            )
         else:
             file, line = parse_row_ref(args.target, args.model)
             label = f"{file}:{line}"
             committed = load_row(file, line)
             work = Path(args.work_dir or DEFAULT_WORK / f"{file.stem}-{line}-{stamp}")
-            new = reproduce_row(committed, work, dry_run=args.dry_run)
+            new = reproduce_row(committed, work, dry_run=args.dry_run, launch=launch)
         if args.dry_run:
             return 0
         if new is None:

@@ -1,14 +1,21 @@
-"""Experiment specs, the grid runner (kill, resume, skip) and the aggregation's bootstrap over seeds."""
+"""Experiment specs, the grid runner (kill, resume, skip) and the aggregation's bootstrap over seeds.
+
+One test plays the runner as the product does, each run a subprocess, killed and resumed
+(:func:`test_runner_end_to_end_kill_resume_skip_and_aggregate`); the others that play runs use the in-process launcher
+(:func:`~tests.leaderboards.conftest.launch_in_process`), which the same test checks against the subprocess's
+results."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +29,7 @@ from leaderboards.experiments import (
     _start_record,
     aggregate,
     build_check_seeds,
+    call_logged,
     curves,
     flags,
     load_spec,
@@ -36,7 +44,7 @@ from leaderboards.experiments import (
     train_command,
 )
 from leaderboards.tables import ResultRow, append_row
-from tests.leaderboards.conftest import write_tiny_spec
+from tests.leaderboards.conftest import launch_in_process, write_tiny_spec
 from trainers.checkpoint import latest_checkpoint, policy_folder
 from trainers.metrics import peak_memory_gib
 
@@ -380,9 +388,53 @@ def test_a_host_without_bf16_kernels_is_warned_before_runs_that_ask_for_bf16(tmp
     assert warning is not None and "ask for bf16" not in warning and "rebuild trains in fp32" in warning
 
 
+def test_launchers_append_the_output_to_the_log_and_a_failure_raises_with_its_tail(tmp_path, tiny_model_dir):
+    """The runner's default launcher runs a child process; the tests' in-process one calls the CLI's ``main`` with
+    the same argv. Both append the command's output to its log, a failure raises with the log's tail, and the
+    in-process one puts back what the run changed for the whole process."""
+    import torch
+
+    log = tmp_path / "log.txt"
+    call_logged([sys.executable, "-c", "print('from the child')"], log)
+    with pytest.raises(RuntimeError, match=r"(?s)exited with 3; its log .* ends with:.*dying"):
+        call_logged([sys.executable, "-c", "import sys; print('dying'); sys.exit(3)"], log)
+    assert "from the child" in log.read_text() and "dying" in log.read_text()
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # the run below sets 1 (--threads 1) and seeds every generator
+    try:
+        before = (dict(os.environ), sys.argv[:], os.getcwd(), sys.stdout, torch.get_num_threads(),
+                  torch.get_rng_state(), np.random.get_state()[1].copy(), warnings.filters[:],
+                  logging.getLogger("transformers").level)  # fmt: skip
+        sft = [sys.executable, "-m", "trainers.sft", "--env", ENV, "--model", tiny_model_dir, "--policy",
+               "scripted:oracle", "--episodes", "2", "--batch-episodes", "2", "--eval-tasks", "0", "--max-context",
+               "512", "--no-bf16", "--threads", "1", "--out-dir", str(tmp_path / "sft")]  # fmt: skip
+        call_logged(sft, tmp_path / "sft.txt", launch_in_process)
+        assert "[sft] 2 demonstrations" in (tmp_path / "sft.txt").read_text()
+        assert (tmp_path / "sft" / "policy" / "config.json").is_file()
+        evaluate = [sys.executable, "-m", "leaderboards.evaluate", "--env", ENV, "--no-tables", "--results-dir",
+                    str(tmp_path / "results")]  # fmt: skip
+        with pytest.raises(RuntimeError, match=r"(?s)exited with 2.*--episodes: invalid int value: 'x'"):
+            call_logged([*evaluate, "--episodes", "x"], tmp_path / "eval.txt", launch_in_process)  # SystemExit(2)
+        with pytest.raises(RuntimeError, match=r"(?s)exited with 1.*Traceback.*no scripted policy 'nope'"):
+            call_logged([*evaluate, "--model", "scripted:nope"], tmp_path / "eval.txt", launch_in_process)
+        after = (dict(os.environ), sys.argv[:], os.getcwd(), sys.stdout, torch.get_num_threads(),
+                 torch.get_rng_state(), np.random.get_state()[1].copy(), warnings.filters[:],
+                 logging.getLogger("transformers").level)  # fmt: skip
+        assert after[:5] == before[:5] and torch.equal(after[5], before[5]) and np.array_equal(after[6], before[6])
+        assert after[7:] == before[7:]
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_runner_end_to_end_kill_resume_skip_and_aggregate(tmp_path, tiny_model_dir, capsys):
+    """The runner as the product plays it, each run a subprocess: runner and trainer killed mid-run, then resumed.
+    The check seed is built first in this process (the runner skips it); the warm start, built by the runner's
+    subprocesses, is later rebuilt in this process, and the two must agree: the in-process launcher that the other
+    tests use gives the numbers a subprocess gives."""
     spec = write_tiny_spec(tmp_path / "tiny.toml", tiny_model_dir, steps=12, check_seeds=(1,))
     runs = tmp_path / "runs"
+    build_check_seeds(load_spec(spec), runs, launch=launch_in_process)
     cmd = [sys.executable, "-m", "leaderboards.experiments", "run", str(spec), "--runs-dir", str(runs)]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     first = runs / "tiny" / "or" / "seed0"
@@ -417,8 +469,15 @@ def test_runner_end_to_end_kill_resume_skip_and_aggregate(tmp_path, tiny_model_d
     told = [json.loads(line) for line in (first / "final-eval" / "transcripts" / "Arithmetic-v0.jsonl").open()]
     assert [t["task"] for t in told] == [0, 1] and all("text" in t and "turn_rewards" in t for t in told)
 
-    res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0 and res.stdout.count("done, skipped") == 1, res.stdout + res.stderr[-2000:]
+    launched: list[list[str]] = []
+
+    def recorded(command: list[str], log: Path) -> int:
+        launched.append(command)
+        return launch_in_process(command, log)
+
+    capsys.readouterr()
+    assert main(["run", str(spec), "--runs-dir", str(runs)], launch=recorded) == 0
+    assert capsys.readouterr().out.count("done, skipped") == 1 and launched == []  # all done: nothing runs
     assert not list(first.glob("checkpoint-*/state.pt"))  # a done run keeps its policy, not its training state
     assert (first / "checkpoint-000012" / "policy" / "config.json").is_file()
     assert policy_folder(str(first)) == str(first / "checkpoint-000012" / "policy")
@@ -444,12 +503,14 @@ def test_runner_end_to_end_kill_resume_skip_and_aggregate(tmp_path, tiny_model_d
     shown = capsys.readouterr().out
     committed_log = (runs / "tiny" / "warm_start" / "metrics.jsonl").read_text()
     assert "3 done, 0 partial, 0 pending" in shown and "step 12" in shown  # DONE.json tells the steps
-    res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    assert "rebuilding the warm start's weights" in res.stdout and res.stdout.count("done, skipped") == 1
+    assert main(["run", str(spec), "--runs-dir", str(runs)], launch=recorded) == 0  # in this process
+    out = capsys.readouterr().out
+    assert "rebuilding the warm start's weights" in out and out.count("done, skipped") == 1
+    assert [c[2] for c in launched] == ["trainers.sft", "leaderboards.evaluate"]
     rebuilt = json.loads((runs / "tiny" / "warm_start" / "run.json").read_text())["attempts"][-1]
     compared = rebuilt["rebuilt_vs_committed"]
-    assert compared and all(v["committed"] == v["rebuilt"] for v in compared.values()), compared  # deterministic
+    # deterministic, and the in-process rebuild gives what the runner's subprocesses gave
+    assert compared and all(v["committed"] == v["rebuilt"] for v in compared.values()), compared
     assert rebuilt["rebuilt_training_log"]["rows"] > 0 and rebuilt["rebuilt_training_log"]["rows_differing"] == 0
     assert (runs / "tiny" / "warm_start" / "metrics.jsonl").read_text() == committed_log  # the record is kept
     assert (runs / "tiny" / "warm_start" / "policy" / "config.json").is_file()

@@ -1,6 +1,8 @@
 """Every committed number regenerates from its row: rows record the commands that produced them (the training that
 made an evaluated folder included, with placeholders for the folders), and ``leaderboards.reproduce`` replays them
-and says whether the new value lies inside the row's CI."""
+and says whether the new value lies inside the row's CI. The replays run in this process
+(:func:`~tests.leaderboards.conftest.launch_in_process`); ``tests/leaderboards/test_experiments.py`` plays the
+subprocess launcher."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import pytest
 from leaderboards import evaluate as E
 from leaderboards import reproduce as R
 from leaderboards.experiments import main as experiments_main
-from tests.leaderboards.conftest import write_tiny_spec
+from tests.leaderboards.conftest import launch_in_process, write_tiny_spec
 
 ENV = "TurnRL/Arithmetic-v0"
 REPO = Path(__file__).resolve().parents[2]
@@ -23,6 +25,11 @@ REPO = Path(__file__).resolve().parents[2]
 def _repo_cwd(monkeypatch):
     monkeypatch.chdir(REPO)  # the commands a row records run from the repository root
     monkeypatch.setenv("PYTHONPATH", str(REPO))
+
+
+def replay(argv: list[str]) -> int:
+    """``python -m leaderboards.reproduce ARGV``, the commands it replays played in this process."""
+    return R.main(argv, launch=launch_in_process)
 
 
 def rows(results: Path) -> list[dict]:
@@ -38,7 +45,7 @@ def test_a_scripted_row_records_its_command_reproduces_and_a_moved_ci_does_not(t
     assert row["commands"] == [["python", "-m", "leaderboards.evaluate", "--env", ENV, "--model", "scripted:oracle",
                                 "--episodes", "6", "--seed", "3"]]  # fmt: skip
     capsys.readouterr()
-    assert R.main([f"{results}/Arithmetic-v0.jsonl:1", "--work-dir", str(tmp_path / "w1")]) == 0
+    assert replay([f"{results}/Arithmetic-v0.jsonl:1", "--work-dir", str(tmp_path / "w1")]) == 0
     out = capsys.readouterr().out
     assert "REPRODUCED" in out and "NOT" not in out
     record = json.loads((tmp_path / "w1" / "reproduce.json").read_text())
@@ -48,7 +55,7 @@ def test_a_scripted_row_records_its_command_reproduces_and_a_moved_ci_does_not(t
         row, metrics={k: dict(m, low=m["high"] + 0.1, high=m["high"] + 0.2) for k, m in row["metrics"].items()}
     )
     (results / "Arithmetic-v0.jsonl").write_text(json.dumps(row) + "\n" + json.dumps(moved) + "\n")
-    assert R.main([str(results / "Arithmetic-v0.jsonl"), "--model", "scripted:oracle",  # the last row of it
+    assert replay([str(results / "Arithmetic-v0.jsonl"), "--model", "scripted:oracle",  # the last row of it
                    "--work-dir", str(tmp_path / "w2")]) == 1  # fmt: skip
     assert "NOT REPRODUCED: outside the CI: ['success']" in capsys.readouterr().out
 
@@ -82,7 +89,7 @@ def test_a_trained_folder_carries_its_chain_into_the_row_and_the_replay_matches(
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].startswith("python -m trainers.sft") and f"--out-dir {tmp_path / 'w'}/0" in printed[0]
     assert not (tmp_path / "w").exists()
-    assert R.main([f"{results}/Arithmetic-v0.jsonl:1", "--work-dir", str(tmp_path / "w")]) == 0
+    assert replay([f"{results}/Arithmetic-v0.jsonl:1", "--work-dir", str(tmp_path / "w")]) == 0
     record = json.loads((tmp_path / "w" / "reproduce.json").read_text())
     assert record["reproduced"]
     assert all(c["reproduced"] == c["committed"] for c in record["checks"])  # same seeds, same CPU: the same numbers
@@ -92,11 +99,11 @@ def test_a_trained_folder_carries_its_chain_into_the_row_and_the_replay_matches(
 def test_an_experiment_run_replays_through_the_grid_runner(tmp_path, tiny_model_dir, capsys):
     spec = write_tiny_spec(tmp_path / "tiny.toml", tiny_model_dir, steps=1, check_seeds=(1,))
     committed = tmp_path / "committed"
-    assert experiments_main(["run", str(spec), "--runs-dir", str(committed)]) == 0
-    code = R.main([str(spec), "--run", "or/seed0", "--runs-dir", str(committed), "--work-dir", str(tmp_path / "w")])
+    assert experiments_main(["run", str(spec), "--runs-dir", str(committed)], launch=launch_in_process) == 0
+    code = replay([str(spec), "--run", "or/seed0", "--runs-dir", str(committed), "--work-dir", str(tmp_path / "w")])
     assert code == 0, capsys.readouterr().out
     assert (tmp_path / "w" / "tiny" / "or" / "seed0" / "DONE.json").is_file()
-    code = R.main([str(spec), "--run", "warm_start_seed1", "--runs-dir", str(committed), "--work-dir",
+    code = replay([str(spec), "--run", "warm_start_seed1", "--runs-dir", str(committed), "--work-dir",
                    str(tmp_path / "w2")])  # fmt: skip
     assert code == 0 and "REPRODUCED" in capsys.readouterr().out
     replayed = json.loads((tmp_path / "w2" / "tiny" / "warm_start_seed1" / "run.json").read_text())["command"]
@@ -118,7 +125,7 @@ def test_an_older_row_of_a_scripted_policy_is_replayed_from_its_own_fields(tmp_p
     assert rebuilt[:7] == ["python", "-m", "leaderboards.evaluate", "--env", ENV, "--model", "scripted:wrong"]
     assert rebuilt[rebuilt.index("--trials") + 1] == "2" and rebuilt[rebuilt.index("--seed") + 1] == "4"
     capsys.readouterr()
-    assert R.main([f"{results}/Arithmetic-v0.jsonl:1", "--work-dir", str(tmp_path / "w")]) == 0
+    assert replay([f"{results}/Arithmetic-v0.jsonl:1", "--work-dir", str(tmp_path / "w")]) == 0
     out = capsys.readouterr().out
     assert "rebuilt from the row's fields" in out and "REPRODUCED" in out and "NOT" not in out
     new = json.loads((tmp_path / "w" / "reproduce.json").read_text())["reproduced_row"]
