@@ -7,12 +7,16 @@
     python -m trainers.mtppo --strategy tarl_ppo_turn --env TurnRL/TauRetail-v1 --max-context 8192 \
         --env-kwarg judge=http://127.0.0.1:8000/v1#Qwen/Qwen2.5-7B-Instruct --group-std-ddof 0   # gym.make kwargs
 
-One step: (1) roll out ``tasks_per_step`` tasks x ``group_size`` episodes (token-in-token-out, ``trainers.rollout``);
-(2) score them without gradients: the policy's own log-probs (the old log-probs of every minibatch but the first),
-reference log-probs (only when ``kl_coef > 0``) and critic values (only for strategies that need a critic);
-(3) credit assignment, the one place a strategy runs; (4) ``ppo_epochs`` passes of clipped-surrogate updates over
-packed sequences (+ KL, - entropy bonus), the critic with its own optimizer and clipped value loss; (5) weights
-to the engine, metrics to JSONL and the plot, an atomic checkpoint.
+One step is five phases over one :class:`Batch`, each a function of its own: (1) :func:`sample` rolls out
+``tasks_per_step`` tasks x ``group_size`` episodes (token-in-token-out, ``trainers.rollout``; dynamic sampling
+refills dropped groups here) and packs the minibatches; (2) :func:`score` computes without gradients the policy's
+own log-probs (the old log-probs of every minibatch but the first), reference log-probs (only when ``kl_coef > 0``)
+and critic values (only for strategies that need a critic); (3) :func:`assign_credit`, the one place a strategy
+runs; (4) :func:`update`: ``ppo_epochs`` passes of clipped-surrogate updates over packed sequences (+ KL, - entropy
+bonus), the critic with its own optimizer and clipped value loss; then the weights go to the engine; (5) record:
+:func:`step_row`'s metrics to JSONL and the loggers, the held-out evaluation, traces, the plot, and :func:`save`'s
+atomic checkpoint. :func:`build_learner` (policy, LoRA, critic, reference, optimizers, fp32 masters) and
+:func:`build_engine` (vLLM, colocated or not, Ray actors, or a caller's engine) set a run up.
 
 Choices where the papers are silent (as verl, the code base of 001 and 003, makes them):
 
@@ -38,10 +42,10 @@ Precision: ``--dtype bfloat16``: bf16 weights with fp32 master weights and optim
 (``modeling.MasterWeights``; checkpoints hold the masters, so a resume is exact), no autocast; measured 1.3x the
 update of fp32 weights under autocast, with log-probs and gradients as close to exact fp32 as autocast's (both run
 the matmuls on bf16-rounded weights). ``--dtype float32``: fp32 weights, under bf16 autocast with ``--bf16``.
-``--dtype auto`` (default) and an unset ``--bf16`` pick bf16 where the device has bf16 kernels (a CPU with AVX-512 or
-AMX, a bf16 GPU) and fp32 without autocast elsewhere: on an AVX2-only CPU torch's bf16 matmuls take a generic path
-(an update measured 10-20x slower than in fp32; ``agentgym_turn.hardware.native_bf16``); ``config.json`` records
-what was picked. AdamW is torch's fused kernel (one pass over all tensors; the default for-loop took 5-25 s a step on
+``--dtype auto`` (default) and an unset ``--bf16`` pick bf16 where the device computes it natively (a CPU with
+``avx512_bf16`` or ``amx_bf16`` that a timed probe confirms, a bf16 GPU) and fp32 without autocast elsewhere: where a
+CPU emulates bf16 an update ran 4-20x slower than in fp32 (``agentgym_turn.hardware``); ``config.json`` records what
+was picked. AdamW is torch's fused kernel (one pass over all tensors; the default for-loop took 5-25 s a step on
 135M parameters).
 """
 
@@ -54,7 +58,7 @@ import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +70,7 @@ from trainers.config import ENV_KWARG_HELP, arg, env_kwargs_by_id, to_dict
 from trainers.credit import STRATEGIES, CreditConfig, CreditOutput, get_strategy, needs
 from trainers.credit import loss_mask as loss_tokens
 from trainers.device import BF16_HELP, DEVICE_HELP, DTYPE_CHOICES, DTYPE_HELP, check_device_spec
+from trainers.engine_api import Engine
 from trainers.engines import ENGINES, default_engine
 from trainers.episode import Episode
 from trainers.provenance import record_command
@@ -503,66 +508,205 @@ def sampler_mismatch(episodes: Sequence[Episode], policy_lp: Mapping[int, np.nda
     return {"rollout/logprob_diff_mean": [float(flat.mean())], "rollout/logprob_diff_max": [float(flat.max())]}
 
 
-def train(cfg: RLConfig, command: tuple[str, Sequence[str]] | None = None) -> dict[str, float]:
-    """Run (or resume) an RL run; returns the last step's metrics. ``command``: the CLI's ``(prog, argv)``,
-    recorded in the run folder with the chain of the folder it starts from (:mod:`trainers.provenance`)."""
-    import torch
-    from tqdm import tqdm
+@dataclass
+class Learner:
+    """What the update trains: the policy (optionally LoRA-wrapped), the critic (strategies that need one), the
+    frozen reference (``--kl-coef`` > 0 without LoRA), their optimizers, and the fp32 master weights that the
+    optimizers step under ``--dtype bfloat16`` (``None`` in fp32)."""
 
-    from agentgym_turn.models import load_causal_lm, resolve_model_path
+    policy: Any
+    critic: Any | None
+    reference: Any | None
+    opt: Any
+    critic_opt: Any | None
+    params: list[Any]
+    critic_params: list[Any]
+    master: Any | None = None
+    critic_master: Any | None = None
+
+
+@dataclass
+class Batch:
+    """One step's episodes as they pass through the phases. :func:`sample` fills the episodes, the rollout's
+    statistics and the packed minibatches; :func:`score` the no-gradient log-probs and values; :func:`assign_credit`
+    the strategy's advantages; :func:`update` the losses. ``sampled`` is every episode rolled out (dynamic sampling
+    included), ``episodes`` those trained on."""
+
+    step: int
+    episodes: list[Episode]
+    sampled: list[Episode]
+    rollout: Any
+    sampling: dict[str, float] = field(default_factory=dict)
+    minibatches: list[list[Any]] = field(default_factory=list)
+    old_lp: dict[int, np.ndarray] = field(default_factory=dict)
+    ref_lp: dict[int, np.ndarray] = field(default_factory=dict)
+    values: list[np.ndarray] | None = None
+    credit: CreditOutput | None = None
+    logs: dict[str, list[float]] = field(default_factory=dict)
+    trained_tokens: int = 0
+
+
+def sample(cfg: RLConfig, step: int, pool: Any, actor: Any, tok: Any, stops: Sequence[int], rcfg: Any,
+           strategy: Any, credit_cfg: CreditConfig, device: Any) -> Batch:  # fmt: skip
+    """Phase 1: roll out ``tasks_per_step`` tasks x ``group_size`` episodes with ``actor``; under
+    ``--dynamic-sampling`` (DAPO) drop the groups the strategy scores alike and refill from fresh tasks, up to
+    ``--sampling-rounds`` rounds; then split the episodes into ``--minibatches`` (seeded by step) and pack each once
+    on ``device`` (every later pass uses the same packs)."""
+    from trainers.rollout import RolloutStats, collect
+
+    episodes, rstats = collect(pool, actor, tok, stops, rcfg, num_tasks=cfg.tasks_per_step,
+                               group_size=cfg.group_size, seed=cfg.seed * 7_919 + step, tree=cfg.tree,
+                               branch_turns=cfg.branch_turns, group_offset=step * cfg.tasks_per_step)  # fmt: skip
+    sampled, sampling = episodes, {}
+    if cfg.dynamic_sampling:  # DAPO: keep the informative groups, refill the batch with fresh tasks
+        dropped = zero_advantage_groups(episodes, strategy, credit_cfg)
+        kept, rounds, n_dropped = [ep for ep in episodes if ep.group not in dropped], 1, len(dropped)
+        while len({ep.group for ep in kept}) < cfg.tasks_per_step and rounds < cfg.sampling_rounds:
+            more, more_stats = collect(pool, actor, tok, stops, rcfg, num_tasks=cfg.tasks_per_step,
+                                       group_size=cfg.group_size, seed=cfg.seed * 7_919 + step + 104_729 * rounds,
+                                       tree=cfg.tree, branch_turns=cfg.branch_turns,
+                                       group_offset=(cfg.steps + step * cfg.sampling_rounds + rounds)
+                                       * cfg.tasks_per_step)  # fmt: skip
+            rstats = RolloutStats(rstats.policy_tokens + more_stats.policy_tokens,
+                                  rstats.total_tokens + more_stats.total_tokens,
+                                  rstats.seconds + more_stats.seconds,
+                                  rstats.episodes + more_stats.episodes)  # fmt: skip
+            dropped = zero_advantage_groups(more, strategy, credit_cfg)
+            kept += [ep for ep in more if ep.group not in dropped]
+            sampled, rounds, n_dropped = sampled + more, rounds + 1, n_dropped + len(dropped)
+        chosen = sorted({ep.group for ep in kept})[: cfg.tasks_per_step]
+        if chosen:  # else every group was alike: train on the first round (advantage 0, nothing moves)
+            episodes = [ep for ep in kept if ep.group in set(chosen)]
+        sampling = {"rollout/sampling_rounds": float(rounds), "rollout/groups_dropped": float(n_dropped),
+                    "rollout/groups_trained": float(len(chosen))}  # fmt: skip
+    # the minibatches of every epoch (split by episodes), packed once; score() and update() use the same packs
+    order = np.random.default_rng(cfg.seed + step).permutation(len(episodes))
+    minibatches = [pack_minibatch(episodes, mb.tolist(), cfg, device) for mb in np.array_split(order, cfg.minibatches)]
+    return Batch(step, episodes, sampled, rstats, sampling, minibatches)
+
+
+def score(cfg: RLConfig, learner: Learner, batch: Batch, credit_cfg: CreditConfig, device: Any) -> None:
+    """Phase 2, no gradients: the policy's own log-probs (the old log-probs of every minibatch but the first, which
+    takes them from its own first forward: the policy has not moved yet), the reference's (``--kl-coef`` > 0) and
+    the critic's values (strategies with a critic), on the loss tokens.
+
+    Old log-probs are the policy's own before the update (as verl), not the sampler's: env tokens in the loss
+    (``--no-loss-mask``) have none from the sampler, and a bf16 sampler's differ from the trainer's."""
+    import torch
+
+    from trainers import modeling as M
+
+    in_loss = [loss_tokens(ep, credit_cfg) for ep in batch.episodes]  # log-probs and the KL count there only
+    heads: dict[int, np.ndarray] = {}
+    with torch.no_grad(), M.autocast(cfg.autocast, device):
+        for k, packs in enumerate(batch.minibatches):
+            for pack in packs:
+                positions = pack.gather(in_loss)
+                if k > 0:
+                    lp = M.pack_logprobs(learner.policy, pack, temperature=cfg.temperature, positions=positions)
+                    batch.old_lp.update(pack.split(lp.logprobs))
+                if cfg.kl_coef > 0:
+                    ref_model, ctx = M.reference_context(learner.policy, learner.reference)
+                    with ctx:
+                        ref = M.pack_logprobs(ref_model, pack, temperature=cfg.temperature, positions=positions)
+                        batch.ref_lp.update(pack.split(ref.logprobs))
+                if learner.critic is not None:
+                    heads.update(pack.split(learner.critic.pack_values(pack)))
+    if learner.critic is not None:
+        batch.values = [M.critic_values(heads[i]) for i in range(len(batch.episodes))]
+
+
+def assign_credit(batch: Batch, strategy: Any, credit_cfg: CreditConfig) -> None:
+    """Phase 3: the strategy's per-token advantages (and returns for a critic): the one place a strategy runs."""
+    batch.credit = strategy(batch.episodes, batch.values, credit_cfg)
+
+
+def update(cfg: RLConfig, learner: Learner, batch: Batch) -> None:
+    """Phase 4: ``--ppo-epochs`` passes over the minibatches, each a clipped-surrogate step of the policy (+ KL,
+    - entropy) and, with a critic, a clipped value-loss step of the critic; gradients clipped to
+    ``--max-grad-norm``; bf16 weights pulled from their stepped fp32 masters. Losses go to ``batch.logs``."""
+    import torch
+
+    if batch.credit is None:
+        raise InvalidArgument("update() needs the batch's credit; call assign_credit() first.")
+    segments = None
+    if cfg.ratio_level != "token":
+        segments = [ratio_segments(ep, cfg.ratio_level) for ep in batch.episodes]
+    logs = batch.logs
+    learner.policy.train()
+    for epoch in range(cfg.ppo_epochs):
+        for k, packs in enumerate(batch.minibatches):
+            learner.opt.zero_grad(set_to_none=True)
+            first = epoch == 0 and k == 0
+            mb_logs, lp = policy_minibatch(learner.policy, packs, None if first else batch.old_lp, batch.credit,
+                                           batch.ref_lp, cfg, segments=segments)  # fmt: skip
+            if first:
+                batch.old_lp.update(lp)
+                logs["losses/first_ratio_max_dev"] = [mb_logs.pop("losses/ratio_max_dev")]
+            for key, v in mb_logs.items():
+                logs.setdefault(key, []).append(v)
+            if learner.critic_opt is not None:
+                learner.critic_opt.zero_grad(set_to_none=True)
+                vloss = critic_minibatch(learner.critic, packs, batch.values, batch.credit, cfg)
+                logs.setdefault("losses/value", []).append(vloss)
+            batch.trained_tokens += sum(pack.num_tokens for pack in packs)
+            logs.setdefault("losses/grad_norm", []).append(
+                float(torch.nn.utils.clip_grad_norm_(learner.params, cfg.max_grad_norm))
+            )
+            learner.opt.step()
+            if learner.master is not None:
+                learner.master.push()
+            if learner.critic_opt is not None:
+                torch.nn.utils.clip_grad_norm_(learner.critic_params, cfg.max_grad_norm)
+                learner.critic_opt.step()
+                if learner.critic_master is not None:
+                    learner.critic_master.push()
+    logs.update(sampler_mismatch(batch.episodes, batch.old_lp))
+
+
+def step_row(batch: Batch, stops: Sequence[int], update_s: float) -> dict[str, float]:
+    """Phase 5's metrics of one step: every sampled episode's summary, dynamic sampling's counters, the mean of
+    each loss over its minibatches and epochs, rollout and update speed."""
+    from trainers.metrics import episode_summary
+
+    row = {"step": batch.step + 1, **episode_summary(batch.sampled, stops), **batch.sampling}
+    row.update({k: float(np.mean(v)) for k, v in batch.logs.items()})
+    row["rollout/seconds"] = batch.rollout.seconds
+    row["rollout/tokens_per_s"] = batch.rollout.policy_tokens / max(batch.rollout.seconds, 1e-9)
+    row["perf/train_tokens_per_s"] = batch.trained_tokens / max(update_s, 1e-9)
+    row["perf/update_seconds"] = update_s
+    return row
+
+
+def save(cfg: RLConfig, run: Path, step: int, learner: Learner, tok: Any) -> None:
+    """An atomic checkpoint at ``step`` (``trainers.checkpoint``): the fp32 masters' weights (or the LoRA adapter,
+    and the merged policy with ``--save-merged``), the optimizers' states, the critic."""
     from trainers import checkpoint as ckpt
     from trainers import modeling as M
-    from trainers.device import peak_device_memory_gib, place_model, resolve_device, resolve_precision, set_threads
-    from trainers.engines import make_engine, stop_token_ids
-    from trainers.evaluation import HeldOut, close_pools, evaluate_policy, parse_env_kwargs
-    from trainers.loggers import RunRecorder
-    from trainers.metrics import episode_summary, peak_memory_gib, plot_rewards, read_jsonl
-    from trainers.ray_rollout import make_env_pool
-    from trainers.rollout import RolloutConfig, RolloutStats, collect, engine_actor
 
-    # ---- seeding: the one place ----------------------------------------------------------------------------
-    M.seed_everything(cfg.seed)
-    device = resolve_device(cfg.device)  # the policy, critic, reference and every batch of the update live there
-    set_threads(device, cfg.threads)
-    dtype, bf16 = resolve_precision(cfg.dtype, cfg.bf16, device)  # --dtype auto, --bf16 unset: per the device
-    cfg = dataclasses.replace(cfg, dtype=dtype, bf16=bf16)  # config.json records what ran
+    policy, critic = learner.policy, learner.critic
+    with M.full_precision(learner.master, learner.critic_master):  # checkpoints hold the fp32 masters
+        state = {"step": step, "opt": learner.opt.state_dict(), "config": to_dict(cfg)}
+        if critic is not None:
+            state["critic"], state["critic_opt"] = critic.state_dict(), learner.critic_opt.state_dict()
+        merged = None if cfg.lora_rank and not cfg.save_merged else (lambda d: M.save_policy(policy, tok, d))
+        adapter = (lambda d: M.save_adapter(policy, d)) if cfg.lora_rank else None
+        ckpt.save_checkpoint(run, step, merged, state, write_adapter=adapter)
 
-    # ---- run directory, resume point ------------------------------------------------------------------------
-    run = Path(cfg.out_dir)
-    resume_from = ckpt.latest_checkpoint(run) if cfg.resume else None
-    if not cfg.resume and ckpt.latest_name(run) is not None:
-        raise InvalidArgument(f"--out-dir {run} already holds a run; pass --resume to continue it or a new --out-dir.")
-    run.mkdir(parents=True, exist_ok=True)
-    (run / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
-    if command is not None:
-        record_command(run, *command, inputs=[cfg.init or cfg.model])
-    metrics_path = run / "metrics.jsonl"
-    state = ckpt.load_state(resume_from) if resume_from else {}
-    if resume_from:
-        ckpt.truncate_metrics(metrics_path, state["step"])
-    elif metrics_path.exists():
-        metrics_path.unlink()
 
-    # ---- models: policy (optionally LoRA), frozen reference only when kl_coef > 0, critic when needed --------
-    init_spec = ckpt.policy_folder(cfg.init) if cfg.init else cfg.model
-    pool = make_env_pool(cfg.env, cfg.env_weights, cfg.env_kwargs(), ray=cfg.ray, ray_env_workers=cfg.ray_env_workers)
-    warm = run / "sft-policy"  # the folded-in cold start's result: the start (and KL reference) of RL
-    if resume_from and (warm / "config.json").is_file():
-        init_spec = str(warm)
-    spec = str(resume_from / "policy") if resume_from and not cfg.lora_rank else init_spec
-    policy, tok = load_causal_lm(spec)  # fp32 (with --dtype bfloat16: the master weights' start)
-    place_model(policy, device)
-    if cfg.sft_episodes and not resume_from and cfg.init is None:
-        from trainers.sft import demonstrations, sft_train
+def build_learner(cfg: RLConfig, policy: Any, init_spec: str, spec: str, state: Mapping[str, Any],
+                  resume_from: Path | None, device: Any) -> Learner:  # fmt: skip
+    """The models and optimizers of a run, from ``policy`` (loaded from ``spec``; ``init_spec`` is the run's start,
+    the reference's weights): the critic as a copy of the backbone (before LoRA wraps the policy's linears), the
+    LoRA adapter, the frozen reference, fp32 masters under ``--dtype bfloat16``, fused AdamW; with ``resume_from``,
+    their states from the checkpoint ``state``."""
+    import torch
 
-        demo_cfg = RolloutConfig(min(256, cfg.max_context - 1), cfg.max_context, cfg.max_turns)
-        demos = demonstrations(pool, tok, cfg.sft_policy, cfg.sft_episodes, cfg.seed + 1_000_003, demo_cfg)
-        nll = sft_train(policy, demos, epochs=cfg.sft_epochs, batch_episodes=cfg.sft_batch_episodes, lr=cfg.sft_lr,
-                        pack_tokens=cfg.pack_tokens, bf16=cfg.bf16, seed=cfg.seed,
-                        share_pack_tokens=cfg.share_pack_tokens if cfg.share_prefix else None)  # fmt: skip
-        print(f"[rl] cold start: {len(demos)} scripted episodes ({cfg.sft_policy}), NLL {nll[0]:.3f} -> {nll[-1]:.3f}")
-        M.save_policy(policy, tok, str(warm))
-        init_spec = spec = str(warm)
+    from agentgym_turn.models import load_causal_lm
+    from trainers import checkpoint as ckpt
+    from trainers import modeling as M
+    from trainers.device import place_model
+
     critic = None
     if needs(cfg.strategy).critic:  # a full copy of the backbone (before LoRA wraps the policy's linears)
         critic = M.ValueModel.from_policy(policy)
@@ -592,11 +736,28 @@ def train(cfg: RLConfig, command: tuple[str, Sequence[str]] | None = None) -> di
         opt.load_state_dict(state["opt"])
         if critic_opt is not None:
             critic_opt.load_state_dict(state["critic_opt"])
-    start = state.get("step", 0)
+    return Learner(policy, critic, reference, opt, critic_opt, params, critic_params, master, critic_master)
 
-    stops = stop_token_ids(tok)
+
+def build_engine(cfg: RLConfig, policy: Any, tok: Any, run: Path, init_spec: str, device: Any,
+                 engine: Engine | None = None) -> tuple[Engine, bool]:  # fmt: skip
+    """The rollout engine, holding ``policy``'s weights, and whether it is colocated (vLLM in this process on the
+    GPU that trains, asleep during the update): the caller's ``engine`` (pushed to), Ray generation actors, or
+    ``--engine`` built here (vLLM from a saved folder; with LoRA, the base folder and the adapter pushed)."""
+    from agentgym_turn.models import load_causal_lm, resolve_model_path
+    from trainers import checkpoint as ckpt
+    from trainers import modeling as M
+    from trainers.engines import make_engine
+
     # vLLM on the GPU that trains: in this process (weights pushed in memory), asleep during the update
     colocated = cfg.engine == "vllm" and device.type == "cuda" and not cfg.ray_gen_workers
+    if engine is not None:
+        if cfg.ray_gen_workers:
+            raise InvalidArgument(f"--ray-gen-workers={cfg.ray_gen_workers} builds its own engines; pass no engine.")
+        if cfg.lora_rank:  # the engine serves the base; each push is the adapter
+            engine.update_weights(load_causal_lm(init_spec)[0])
+        engine.update_weights(policy)
+        return engine, bool(getattr(engine, "colocate", False))
     engine_kwargs = dict(autocast_bf16=cfg.bf16, max_model_len=cfg.max_context, kv_cache_gib=cfg.engine_kv_cache_gib,
                          compile_model=cfg.engine_compile, dtype="bfloat16" if cfg.bf16 else "float32")  # fmt: skip
     if cfg.ray_gen_workers:  # generation actors on the cluster, each with a copy of the policy
@@ -604,25 +765,104 @@ def train(cfg: RLConfig, command: tuple[str, Sequence[str]] | None = None) -> di
 
         engine = RayEngine(cfg.engine, policy, tok, workers=cfg.ray_gen_workers, address=cfg.ray, gpus=cfg.ray_gen_gpus,
                            **engine_kwargs)  # fmt: skip
-    else:
-        engine_dir = None
-        if cfg.engine == "vllm" and cfg.lora_rank:  # vLLM serves the base; each push is the adapter
-            engine_dir = resolve_model_path(init_spec)
-        elif cfg.engine == "vllm":
-            engine_dir = str(run / ckpt.ENGINE_WEIGHTS)
-            M.save_policy(policy, tok, engine_dir)
-        engine = make_engine(cfg.engine, model=policy, tokenizer=tok, model_dir=engine_dir, colocate=colocated,
-                             gpu_memory_utilization=cfg.vllm_gpu_memory if colocated else None,
-                             lora_rank=cfg.lora_rank if cfg.engine == "vllm" else 0, **engine_kwargs)  # fmt: skip
-        if cfg.engine == "vllm" and cfg.lora_rank:
-            engine.update_weights(policy)  # the adapter (trained, after a resume)
+        return engine, colocated
+    engine_dir = None
+    if cfg.engine == "vllm" and cfg.lora_rank:  # vLLM serves the base; each push is the adapter
+        engine_dir = resolve_model_path(init_spec)
+    elif cfg.engine == "vllm":
+        engine_dir = str(run / ckpt.ENGINE_WEIGHTS)
+        M.save_policy(policy, tok, engine_dir)
+    engine = make_engine(cfg.engine, model=policy, tokenizer=tok, model_dir=engine_dir, colocate=colocated,
+                         gpu_memory_utilization=cfg.vllm_gpu_memory if colocated else None,
+                         lora_rank=cfg.lora_rank if cfg.engine == "vllm" else 0, **engine_kwargs)  # fmt: skip
+    if cfg.engine == "vllm" and cfg.lora_rank:
+        engine.update_weights(policy)  # the adapter (trained, after a resume)
+    return engine, colocated
+
+
+def train(
+    cfg: RLConfig, command: tuple[str, Sequence[str]] | None = None, *, engine: Engine | None = None
+) -> dict[str, float]:
+    """Run (or resume) an RL run; returns the last step's metrics. ``command``: the CLI's ``(prog, argv)``,
+    recorded in the run folder with the chain of the folder it starts from (:mod:`trainers.provenance`).
+
+    ``engine``: an engine already running, for this run's tokenizer (its stop ids) and ``--max-context``, to sample
+    with instead of building ``--engine`` (the tests share one vLLM engine across runs). The starting policy is
+    pushed into it first (with ``--lora-rank``: the base model's weights, then the adapter), and it is left open for
+    its owner to close. Unset (the CLI), the run builds its own engine and closes it at the end.
+
+    Each step is ``sample -> score -> assign_credit -> update -> record`` over one :class:`Batch`.
+    """
+    from tqdm import tqdm
+
+    from agentgym_turn.models import load_causal_lm
+    from trainers import checkpoint as ckpt
+    from trainers import modeling as M
+    from trainers.device import peak_device_memory_gib, place_model, resolve_device, resolve_precision, set_threads
+    from trainers.engines import stop_token_ids
+    from trainers.evaluation import HeldOut, close_pools, evaluate_policy, parse_env_kwargs
+    from trainers.loggers import RunRecorder
+    from trainers.metrics import peak_memory_gib, plot_rewards, read_jsonl
+    from trainers.ray_rollout import make_env_pool
+    from trainers.rollout import RolloutConfig, engine_actor
+
+    # ---- seeding: the one place ----------------------------------------------------------------------------
+    M.seed_everything(cfg.seed)
+    device = resolve_device(cfg.device)  # the policy, critic, reference and every batch of the update live there
+    set_threads(device, cfg.threads)
+    dtype, bf16 = resolve_precision(cfg.dtype, cfg.bf16, device)  # --dtype auto, --bf16 unset: per the device
+    cfg = dataclasses.replace(cfg, dtype=dtype, bf16=bf16)  # config.json records what ran
+
+    # ---- run directory, resume point ------------------------------------------------------------------------
+    run = Path(cfg.out_dir)
+    resume_from = ckpt.latest_checkpoint(run) if cfg.resume else None
+    if not cfg.resume and ckpt.latest_name(run) is not None:
+        raise InvalidArgument(f"--out-dir {run} already holds a run; pass --resume to continue it or a new --out-dir.")
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
+    if command is not None:
+        record_command(run, *command, inputs=[cfg.init or cfg.model])
+    metrics_path = run / "metrics.jsonl"
+    state = ckpt.load_state(resume_from) if resume_from else {}
+    if resume_from:
+        ckpt.truncate_metrics(metrics_path, state["step"])
+    elif metrics_path.exists():
+        metrics_path.unlink()
+
+    # ---- models: the start (a checkpoint, --init, or a folded-in cold start), then the learner ---------------
+    init_spec = ckpt.policy_folder(cfg.init) if cfg.init else cfg.model
+    pool = make_env_pool(cfg.env, cfg.env_weights, cfg.env_kwargs(), ray=cfg.ray, ray_env_workers=cfg.ray_env_workers)
+    warm = run / "sft-policy"  # the folded-in cold start's result: the start (and KL reference) of RL
+    if resume_from and (warm / "config.json").is_file():
+        init_spec = str(warm)
+    spec = str(resume_from / "policy") if resume_from and not cfg.lora_rank else init_spec
+    policy, tok = load_causal_lm(spec)  # fp32 (with --dtype bfloat16: the master weights' start)
+    place_model(policy, device)
+    if cfg.sft_episodes and not resume_from and cfg.init is None:
+        from trainers.sft import demonstrations, sft_train
+
+        demo_cfg = RolloutConfig(min(256, cfg.max_context - 1), cfg.max_context, cfg.max_turns)
+        demos = demonstrations(pool, tok, cfg.sft_policy, cfg.sft_episodes, cfg.seed + 1_000_003, demo_cfg)
+        nll = sft_train(policy, demos, epochs=cfg.sft_epochs, batch_episodes=cfg.sft_batch_episodes, lr=cfg.sft_lr,
+                        pack_tokens=cfg.pack_tokens, bf16=cfg.bf16, seed=cfg.seed,
+                        share_pack_tokens=cfg.share_pack_tokens if cfg.share_prefix else None)  # fmt: skip
+        print(f"[rl] cold start: {len(demos)} scripted episodes ({cfg.sft_policy}), NLL {nll[0]:.3f} -> {nll[-1]:.3f}")
+        M.save_policy(policy, tok, str(warm))
+        init_spec = spec = str(warm)
+    learner = build_learner(cfg, policy, init_spec, spec, state, resume_from, device)
+    start = state.get("step", 0)
+
+    stops = stop_token_ids(tok)
+    given = engine is not None  # the caller's engine: pushed to here, closed by the caller
+    engine, colocated = build_engine(cfg, learner.policy, tok, run, init_spec, device, engine)
     rcfg = RolloutConfig(cfg.max_new_tokens, cfg.max_context, cfg.max_turns, cfg.temperature, cfg.top_p,
                          cfg.check_prefix)  # fmt: skip
     strategy, credit_cfg = get_strategy(cfg.strategy), cfg.credit_config()
-    ref_kind = "lora-base" if cfg.kl_coef > 0 and cfg.lora_rank else ("copy" if reference is not None else "none")
+    ref = learner.reference
+    ref_kind = "lora-base" if cfg.kl_coef > 0 and cfg.lora_rank else ("copy" if ref is not None else "none")
     print(f"[rl] {cfg.strategy} on {cfg.env} from {spec}: steps {start}->{cfg.steps}, "
-          f"{cfg.tasks_per_step}x{cfg.group_size} episodes/step, critic={critic is not None}, reference={ref_kind}",
-          flush=True)  # fmt: skip
+          f"{cfg.tasks_per_step}x{cfg.group_size} episodes/step, critic={learner.critic is not None}, "
+          f"reference={ref_kind}", flush=True)  # fmt: skip
 
     recorder = RunRecorder.open(run, cfg.log, config=to_dict(cfg), tokenizer=tok, strategy=cfg.strategy,
                                 trace_every=cfg.trace_every, trace_episodes=cfg.trace_episodes,
@@ -646,117 +886,26 @@ def train(cfg: RLConfig, command: tuple[str, Sequence[str]] | None = None) -> di
     bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=cfg.strategy, file=sys.stderr)
     for step in bar:
         t_step = time.perf_counter()
-        # ---- (1) rollouts ------------------------------------------------------------------------------------
+        # ---- (1) sample: rollouts, dynamic sampling, packed minibatches ---------------------------------------
         actor = engine_actor(engine, rcfg, seed=cfg.seed * 1_000_003 + step)
         if cfg.ray is not None:  # each turn's env steps go to the Ray env workers at once
             actor = pool.pipeline(actor, tok, stops)
-        episodes, rstats = collect(pool, actor, tok, stops, rcfg, num_tasks=cfg.tasks_per_step,
-                                   group_size=cfg.group_size, seed=cfg.seed * 7_919 + step, tree=cfg.tree,
-                                   branch_turns=cfg.branch_turns, group_offset=step * cfg.tasks_per_step)  # fmt: skip
-        sampled, sampling = episodes, {}
-        if cfg.dynamic_sampling:  # DAPO: keep the informative groups, refill the batch with fresh tasks
-            dropped = zero_advantage_groups(episodes, strategy, credit_cfg)
-            kept, rounds, n_dropped = [ep for ep in episodes if ep.group not in dropped], 1, len(dropped)
-            while len({ep.group for ep in kept}) < cfg.tasks_per_step and rounds < cfg.sampling_rounds:
-                more, more_stats = collect(pool, actor, tok, stops, rcfg, num_tasks=cfg.tasks_per_step,
-                                           group_size=cfg.group_size, seed=cfg.seed * 7_919 + step + 104_729 * rounds,
-                                           tree=cfg.tree, branch_turns=cfg.branch_turns,
-                                           group_offset=(cfg.steps + step * cfg.sampling_rounds + rounds)
-                                           * cfg.tasks_per_step)  # fmt: skip
-                rstats = RolloutStats(rstats.policy_tokens + more_stats.policy_tokens,
-                                      rstats.total_tokens + more_stats.total_tokens,
-                                      rstats.seconds + more_stats.seconds,
-                                      rstats.episodes + more_stats.episodes)  # fmt: skip
-                dropped = zero_advantage_groups(more, strategy, credit_cfg)
-                kept += [ep for ep in more if ep.group not in dropped]
-                sampled, rounds, n_dropped = sampled + more, rounds + 1, n_dropped + len(dropped)
-            chosen = sorted({ep.group for ep in kept})[: cfg.tasks_per_step]
-            if chosen:  # else every group was alike: train on the first round (advantage 0, nothing moves)
-                episodes = [ep for ep in kept if ep.group in set(chosen)]
-            sampling = {"rollout/sampling_rounds": float(rounds), "rollout/groups_dropped": float(n_dropped),
-                        "rollout/groups_trained": float(len(chosen))}  # fmt: skip
-        # the minibatches of every epoch (split by episodes), packed once; pass (2) scores the same packs
-        order = np.random.default_rng(cfg.seed + step).permutation(len(episodes))
-        minibatches = [pack_minibatch(episodes, mb.tolist(), cfg, device)
-                       for mb in np.array_split(order, cfg.minibatches)]  # fmt: skip
-
+        batch = sample(cfg, step, pool, actor, tok, stops, rcfg, strategy, credit_cfg, device)
         if colocated:
             engine.sleep()  # vLLM's weights to CPU memory, its KV cache freed: the update's activations use the room
-
-        # ---- (2) old log-probs, reference log-probs and critic values, no gradients ---------------------------
-        # Old log-probs are the policy's own before the update (as verl), not the sampler's: env tokens in the
-        # loss (--no-loss-mask) have none from the sampler, and a bf16 sampler's differ from the trainer's. The
-        # first minibatch takes them from its own forward (the policy has not moved yet); the others from here.
-        old_lp: dict[int, np.ndarray] = {}
-        ref_lp: dict[int, np.ndarray] = {}
-        heads: dict[int, np.ndarray] = {}
-        in_loss = [loss_tokens(ep, credit_cfg) for ep in episodes]  # log-probs and the KL count there only
         t_update = time.perf_counter()
-        with torch.no_grad(), M.autocast(cfg.autocast, device):
-            for k, packs in enumerate(minibatches):
-                for pack in packs:
-                    positions = pack.gather(in_loss)
-                    if k > 0:
-                        lp = M.pack_logprobs(policy, pack, temperature=cfg.temperature, positions=positions)
-                        old_lp.update(pack.split(lp.logprobs))
-                    if cfg.kl_coef > 0:
-                        ref_model, ctx = M.reference_context(policy, reference)
-                        with ctx:
-                            ref = M.pack_logprobs(ref_model, pack, temperature=cfg.temperature, positions=positions)
-                            ref_lp.update(pack.split(ref.logprobs))
-                    if critic is not None:
-                        heads.update(pack.split(critic.pack_values(pack)))
-        values = [M.critic_values(heads[i]) for i in range(len(episodes))] if critic is not None else None
-
-        # ---- (3) credit assignment: the only place the strategy matters -------------------------------------
-        credit = strategy(episodes, values, credit_cfg)
-
-        # ---- (4) policy and critic updates on packed sequences ---------------------------------------------
-        segments = [ratio_segments(ep, cfg.ratio_level) for ep in episodes] if cfg.ratio_level != "token" else None
-        logs: dict[str, list[float]] = {}
-        trained_tokens = 0
-        policy.train()
-        for epoch in range(cfg.ppo_epochs):
-            for k, packs in enumerate(minibatches):
-                opt.zero_grad(set_to_none=True)
-                first = epoch == 0 and k == 0
-                mb_logs, lp = policy_minibatch(
-                    policy, packs, None if first else old_lp, credit, ref_lp, cfg, segments=segments
-                )
-                if first:
-                    old_lp.update(lp)
-                    logs["losses/first_ratio_max_dev"] = [mb_logs.pop("losses/ratio_max_dev")]
-                for key, v in mb_logs.items():
-                    logs.setdefault(key, []).append(v)
-                if critic_opt is not None:
-                    critic_opt.zero_grad(set_to_none=True)
-                    logs.setdefault("losses/value", []).append(critic_minibatch(critic, packs, values, credit, cfg))
-                trained_tokens += sum(pack.num_tokens for pack in packs)
-                logs.setdefault("losses/grad_norm", []).append(
-                    float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
-                )
-                opt.step()
-                if master is not None:
-                    master.push()
-                if critic_opt is not None:
-                    torch.nn.utils.clip_grad_norm_(critic_params, cfg.max_grad_norm)
-                    critic_opt.step()
-                    if critic_master is not None:
-                        critic_master.push()
-        logs.update(sampler_mismatch(episodes, old_lp))
+        # ---- (2) score, (3) credit, (4) update; then the new weights to the engine ----------------------------
+        score(cfg, learner, batch, credit_cfg, device)
+        assign_credit(batch, strategy, credit_cfg)
+        update(cfg, learner, batch)
         if colocated:
             engine.wake_up()
-        engine.update_weights(policy)
+        engine.update_weights(learner.policy)
         push_s = getattr(engine, "last_push_seconds", None)
         update_s = time.perf_counter() - t_update
 
-        # ---- (5) metrics, plot, checkpoint -----------------------------------------------------------------
-        row = {"step": step + 1, **episode_summary(sampled, stops), **sampling}  # every episode sampled
-        row.update({k: float(np.mean(v)) for k, v in logs.items()})
-        row["rollout/seconds"] = rstats.seconds
-        row["rollout/tokens_per_s"] = rstats.policy_tokens / max(rstats.seconds, 1e-9)
-        row["perf/train_tokens_per_s"] = trained_tokens / max(update_s, 1e-9)
-        row["perf/update_seconds"] = update_s
+        # ---- (5) record: metrics, held-out evaluation, traces, plot, checkpoint --------------------------------
+        row = step_row(batch, stops, update_s)
         if held_out is not None and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps):
             t_eval = time.perf_counter()
             held = {}
@@ -770,22 +919,17 @@ def train(cfg: RLConfig, command: tuple[str, Sequence[str]] | None = None) -> di
         if push_s is not None:
             row["perf/weight_push_seconds"] = push_s
         recorder.log(row)  # metrics.jsonl and the --log loggers
-        recorder.record_step(step + 1, episodes, credit)  # RUN/traces/step_NNNNNN.jsonl.gz when due
+        recorder.record_step(step + 1, batch.episodes, batch.credit)  # RUN/traces/step_NNNNNN.jsonl.gz when due
         plot_rewards(read_jsonl(metrics_path), run / "rewards.png", f"{cfg.strategy} on {', '.join(cfg.env)}")
         bar.set_postfix(ret=f"{row['rollout/return']:.2f}", tok_s=f"{row['rollout/tokens_per_s']:.0f}")
         if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
-            with M.full_precision(master, critic_master):  # checkpoints hold the fp32 masters
-                save = {"step": step + 1, "opt": opt.state_dict(), "config": to_dict(cfg)}
-                if critic is not None:
-                    save["critic"], save["critic_opt"] = critic.state_dict(), critic_opt.state_dict()
-                merged = None if cfg.lora_rank and not cfg.save_merged else (lambda d: M.save_policy(policy, tok, d))
-                adapter = (lambda d: M.save_adapter(policy, d)) if cfg.lora_rank else None
-                ckpt.save_checkpoint(run, step + 1, merged, save, write_adapter=adapter)
+            save(cfg, run, step + 1, learner, tok)
     pool.close()
     recorder.close()
     if eval_pools is not None:
         close_pools(eval_pools)
-    engine.close()  # vLLM's engine process, stopped now (left to the interpreter's exit it logged into closed streams)
+    if not given:  # vLLM's engine process, stopped now (left to the interpreter's exit it logged into closed streams)
+        engine.close()
     return row
 
 
