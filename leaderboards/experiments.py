@@ -440,8 +440,8 @@ def host() -> dict[str, Any]:
     """The CPU an attempt ran on: its model name and the cores this process may use, so that runs compared with one
     another say whether they shared a machine (the speed of a step depends on it; sampled rollouts at one seed can
     differ between runs even on one machine: vLLM's engine core, in its own process, batches requests by timing),
-    and whether it has bf16 kernels (``agentgym_turn.hardware.native_bf16``: without them ``--dtype auto`` trains in
-    fp32, and an explicit bf16 run is 10-20x slower)."""
+    and whether it computes bf16 natively (``agentgym_turn.hardware.native_bf16``, recorded as ``bf16_kernels``:
+    without it ``--dtype auto`` trains in fp32, and an explicit bf16 run is 4-20x slower)."""
     import platform
 
     from agentgym_turn.hardware import native_bf16
@@ -644,10 +644,11 @@ def select_runs(spec: Spec, root: Path, only: Sequence[str] = ()) -> list[Run]:
 
 
 def precision_warning(spec: Spec, root: Path, runs: Sequence[Run], native: bool) -> str | None:
-    """What a host without bf16 kernels (``native`` False: an AVX2-only CPU) should know before it plays ``runs``:
-    which of them ask for bf16 (``dtype = "bfloat16"`` or ``bf16 = true``, computed there through torch's generic
-    path, 10-20x slower than fp32) and whether the warm start, rebuilt with ``bf16`` unset, will train in fp32 (its
-    cold start can then differ from a committed one trained in bf16). ``None`` when there is nothing to say."""
+    """What a host without native bf16 (``native`` False: an AVX2-only CPU, or AVX-512 without ``avx512_bf16``)
+    should know before it plays ``runs``: which of them ask for bf16 (``dtype = "bfloat16"`` or ``bf16 = true``,
+    emulated there, 4-20x slower than fp32) and whether the warm start, rebuilt with ``bf16`` unset, will train in
+    fp32 (its cold start can then differ from a committed one trained in bf16).
+    ``None`` when there is nothing to say."""
     if native:
         return None
     warm = spec.warm_dir(root) if spec.warm_start is not None else None
@@ -665,8 +666,8 @@ def precision_warning(spec: Spec, root: Path, runs: Sequence[Run], native: bool)
     if slow:
         shown = ", ".join(slow[:4]) + (f" and {len(slow) - 4} more" if len(slow) > 4 else "")
         parts.append(
-            f"{len(slow)} run(s) of {spec.name} ask for bf16 ({shown}): here bf16 computes through torch's generic "
-            "path, an update 10-20x slower than fp32"
+            f"{len(slow)} run(s) of {spec.name} ask for bf16 ({shown}): here bf16 is emulated, an update 4-20x "
+            "slower than fp32"
         )
     if rebuilt_fp32:
         parts.append(
@@ -674,15 +675,15 @@ def precision_warning(spec: Spec, root: Path, runs: Sequence[Run], native: bool)
             "one trained in bf16"
         )
     return (
-        "[experiments] warning: this host has no bf16 kernels (an AVX2-only CPU?); " + "; ".join(parts) + ". To "
-        "match runs made in bf16 (the committed grids' runs) use a host with AVX-512 or AMX or a bf16 GPU; to train "
-        'fast here, set dtype = "auto" and drop bf16 in a copy of the spec (its numbers are then its own).'
+        "[experiments] warning: this host has no native bf16 (agentgym_turn.hardware); " + "; ".join(parts) + ". To "
+        "match runs made in bf16 (the committed grids' runs) use a CPU with avx512_bf16 or amx_bf16, or a bf16 GPU; to "
+        'train fast here, set dtype = "auto" and drop bf16 in a copy of the spec (its numbers are then its own).'
     )
 
 
 def run_grid(spec: Spec, root: Path, only: Sequence[str] = (), *, launch: Launch = launch_subprocess) -> None:
     """Play the warm start and every run not yet done (or those named by ``only``), sequentially, each command
-    through ``launch`` (:data:`Launch`; default: a subprocess); first, on a host without bf16 kernels, a warning
+    through ``launch`` (:data:`Launch`; default: a subprocess); first, on a host without native bf16, a warning
     for what will run slowly or differently there (:func:`precision_warning`)."""
     from agentgym_turn.hardware import native_bf16
     from trainers.device import resolve_device
