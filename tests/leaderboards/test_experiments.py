@@ -427,6 +427,7 @@ def test_launchers_append_the_output_to_the_log_and_a_failure_raises_with_its_ta
         torch.set_num_threads(threads)
 
 
+@pytest.mark.slow
 def test_runner_end_to_end_kill_resume_skip_and_aggregate(tmp_path, tiny_model_dir, capsys):
     """The runner as the product plays it, each run a subprocess: runner and trainer killed mid-run, then resumed.
     The check seed is built first in this process (the runner skips it); the warm start, built by the runner's

@@ -244,6 +244,7 @@ def test_smollm2_generates_through_a_generation_actor_as_in_process(cluster, tok
     assert "Paris" in tok.decode(got.token_ids)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif("ray" not in getattr(__import__("trainers.rl").rl.RLConfig, "__dataclass_fields__", {}),
                     reason="trainers.rl has no --ray yet (the patch in the issue 14 report)")  # fmt: skip
 def test_rl_with_ray_env_and_generation_workers_trains_like_in_process(cluster, tmp_path, tiny_model_dir):

@@ -118,6 +118,7 @@ def test_resume_equals_an_uninterrupted_run(tmp_path, tiny_model_dir, dtype):
         train(_cfg(tmp_path / "b", tiny_model_dir, steps=4, dtype=dtype))
 
 
+@pytest.mark.slow
 def test_cli_sigkill_then_resume(tmp_path, tiny_model_dir):
     out = tmp_path / "cli"
     args = [sys.executable, "-m", "trainers.mtppo", "--env", ENV, "--model", tiny_model_dir, "--steps", "30",

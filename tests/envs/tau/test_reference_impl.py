@@ -43,6 +43,7 @@ def as_json(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("domain", ["retail", "airline"])
 def test_tools_match_the_reference_implementation_on_every_gold_action(domain: str) -> None:
     ref = importlib.import_module(REFERENCE[domain])
