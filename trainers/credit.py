@@ -733,13 +733,21 @@ class Needs:
     ratio_level: RatioLevel = "token"
 
 
+#: Every strategy by name, filled by :func:`_strategy` where each is defined (the one registration)
+STRATEGIES: dict[str, StrategyFn] = {}
+
+
 def _strategy(
     critic: bool = False, groups: bool = False, state_keys: bool = False, ratio_level: RatioLevel = "token"
 ) -> Callable[[StrategyFn], StrategyFn]:
-    """Register what the decorated strategy needs (:class:`Needs`) on it, read back by :func:`needs`."""
+    """Register the decorated strategy in :data:`STRATEGIES` under its function's name, with what it needs
+    (:class:`Needs`) on it, read back by :func:`needs`. A second strategy of the same name raises."""
 
     def mark(fn: StrategyFn) -> StrategyFn:
+        if fn.__name__ in STRATEGIES:
+            raise InvalidArgument(f"a credit-assignment strategy named {fn.__name__!r} is already registered.")
         fn.needs = Needs(critic=critic, groups=groups, state_keys=state_keys, ratio_level=ratio_level)  # type: ignore[attr-defined]
+        STRATEGIES[fn.__name__] = fn
         return fn
 
     return mark
@@ -919,30 +927,6 @@ def turn_ppo(episodes: Sequence[Episode], values: Sequence[np.ndarray] | None, c
     batch = _checked(episodes)
     rewards = [place_rewards(ep, turn_level_rewards(ep), outcome_reward(ep)) for ep in batch]
     return turn_gae_credit(batch, values, rewards, cfg)
-
-
-STRATEGIES: dict[str, StrategyFn] = {
-    "grpo_or": grpo_or,
-    "grpo_mr": grpo_mr,
-    "mt_grpo": mt_grpo,
-    "rloo": rloo,
-    "rloo_or": rloo_or,
-    "mt_rloo": mt_rloo,
-    "reinforce": reinforce,
-    "reinforce_or": reinforce_or,
-    "reinforce_pp": reinforce_pp,
-    "reinforce_pp_baseline": reinforce_pp_baseline,
-    "ppo_or": ppo_or,
-    "ppo_mr": ppo_mr,
-    "mt_ppo": mt_ppo,
-    "tarl": tarl,
-    "tarl_ppo_turn": tarl_ppo_turn,
-    "tarl_ppo_traj": tarl_ppo_traj,
-    "gigpo": gigpo,
-    "mt_grpo_rtg": mt_grpo_rtg,
-    "mt_rloo_rtg": mt_rloo_rtg,
-    "turn_ppo": turn_ppo,
-}
 
 
 def get_strategy(name: str) -> StrategyFn:

@@ -86,3 +86,23 @@ def test_the_trainer_refuses_a_group_of_one_exactly_for_grouped_strategies(name)
     else:
         cfg = RLConfig(strategy=name, group_size=1)
         assert cfg.ratio_level == needs(name).ratio_level  # --ratio-level auto takes the declared level
+
+
+def test_a_strategy_is_registered_once_where_it_is_defined():
+    """The decorator is the one registration: every strategy sits in STRATEGIES under its function's name, and a
+    second strategy of a registered name is refused rather than silently replacing the first."""
+    import inspect
+
+    from trainers import credit
+
+    decorated = [name for name, fn in inspect.getmembers(credit, inspect.isfunction) if hasattr(fn, "needs")]
+    assert sorted(decorated) == sorted(STRATEGIES) and len(STRATEGIES) == 20
+    assert all(fn.__name__ == name for name, fn in STRATEGIES.items())
+    before = dict(STRATEGIES)
+
+    def grpo_or(episodes, values, cfg):  # the name of a registered strategy
+        raise AssertionError("never called")
+
+    with pytest.raises(InvalidArgument, match="'grpo_or' is already registered"):
+        credit._strategy()(grpo_or)
+    assert before == STRATEGIES
