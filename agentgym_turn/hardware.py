@@ -82,7 +82,7 @@ def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> frozenset[str]:
 
 
 def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
-    """The CPU's model name (``platform.processor()`` where ``cpuinfo`` has none)."""
+    """The CPU's model name; only where ``cpuinfo`` has none, ``platform.processor()`` (it may spawn ``uname -p``)."""
     try:
         for line in Path(cpuinfo).read_text().splitlines():
             key, _, value = line.partition(":")
@@ -93,29 +93,32 @@ def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
     return platform.processor() or platform.machine()
 
 
-def probe_matmul(repeats: int = 5, shape: tuple[int, int, int] = PROBE_SHAPE) -> ProbeResult:
-    """Time ``shape``'s matmul in fp32 and bf16 on one thread (best of ``repeats`` after a warm-up each)."""
+def matmul_gflops(shape: tuple[int, int, int], dtype: str, threads: int = 1, repeats: int = 5) -> float:
+    """Best-of-``repeats`` speed (GFLOP/s) of ``shape``'s matmul, ``(m, k) @ (k, n)``, in ``dtype`` (``float32`` or
+    ``bfloat16``) on ``threads`` torch threads (restored afterwards), after one warm-up call."""
     import torch
 
     m, k, n = shape
-    flops = 2.0 * m * k * n
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
     try:
         gen = torch.Generator().manual_seed(0)
-        a32, b32 = torch.randn(m, k, generator=gen), torch.randn(k, n, generator=gen)
-        speeds = {}
-        for name, (a, b) in (("fp32", (a32, b32)), ("bf16", (a32.bfloat16(), b32.bfloat16()))):
-            torch.mm(a, b)  # warm-up: oneDNN builds its kernel on the first call
-            best = float("inf")
-            for _ in range(repeats):
-                start = time.perf_counter()
-                torch.mm(a, b)
-                best = min(best, time.perf_counter() - start)
-            speeds[name] = flops / max(best, 1e-9) / 1e9
+        a = torch.randn(m, k, generator=gen).to(getattr(torch, dtype))
+        b = torch.randn(k, n, generator=gen).to(getattr(torch, dtype))
+        torch.mm(a, b)  # warm-up: oneDNN builds its kernel on the first call
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            torch.mm(a, b)
+            best = min(best, time.perf_counter() - start)
     finally:
-        torch.set_num_threads(threads)
-    return ProbeResult(fp32_gflops=speeds["fp32"], bf16_gflops=speeds["bf16"])
+        torch.set_num_threads(previous)
+    return 2.0 * m * k * n / max(best, 1e-9) / 1e9
+
+
+def probe_matmul(repeats: int = 5, shape: tuple[int, int, int] = PROBE_SHAPE) -> ProbeResult:
+    """Time ``shape``'s matmul in fp32 and bf16 on one thread (:func:`matmul_gflops`)."""
+    return ProbeResult(matmul_gflops(shape, "float32", 1, repeats), matmul_gflops(shape, "bfloat16", 1, repeats))
 
 
 def cpu_bf16_decision(flags: Iterable[str], probe: Callable[[], ProbeResult]) -> Bf16Decision:
@@ -143,10 +146,10 @@ def cpu_bf16_decision(flags: Iterable[str], probe: Callable[[], ProbeResult]) ->
     )
 
 
-def _host_key(flags: frozenset[str]) -> str:
+def _host_key(model: str, flags: frozenset[str]) -> str:
     import torch
 
-    ident = json.dumps([PROBE_VERSION, cpu_model(), sorted(flags), torch.__version__, PROBE_SHAPE])
+    ident = json.dumps([PROBE_VERSION, model, sorted(flags), torch.__version__, PROBE_SHAPE])
     return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
 
@@ -163,7 +166,8 @@ def cached_cpu_decision(
         from agentgym_turn.paths import cache_dir
 
         cache = cache_dir("hardware", create=False)
-    path = Path(cache) / f"bf16-probe-{_host_key(flags)}.json"
+    model = cpu_model()
+    path = Path(cache) / f"bf16-probe-{_host_key(model, flags)}.json"
     try:
         saved = json.loads(path.read_text())
         probe = saved["probe"]
@@ -176,7 +180,7 @@ def cached_cpu_decision(
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({**asdict(decision), "cpu": cpu_model()}, indent=1))
+        tmp.write_text(json.dumps({**asdict(decision), "cpu": model}, indent=1))
         tmp.replace(path)
     except OSError:
         pass

@@ -26,22 +26,6 @@ SHAPES = {
 }
 
 
-def matmul_gflops(shape: tuple[int, int, int], dtype, threads: int, repeats: int = 7) -> float:
-    import torch
-
-    m, k, n = shape
-    torch.set_num_threads(threads)
-    gen = torch.Generator().manual_seed(0)
-    a, b = torch.randn(m, k, generator=gen).to(dtype), torch.randn(k, n, generator=gen).to(dtype)
-    torch.mm(a, b)
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        torch.mm(a, b)
-        best = min(best, time.perf_counter() - start)
-    return 2.0 * m * k * n / best / 1e9
-
-
 def model_tokens_per_s(dtype, threads: int, tokens: int = 512, repeats: int = 3) -> float:
     import torch
 
@@ -81,8 +65,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'workload':<34}{'threads':>8}{'fp32':>10}{'bf16':>10}{'bf16/fp32':>11}")
     rows = [(name, shape, t) for name, shape in SHAPES.items() for t in sorted({1, args.threads})]
     for name, shape, threads in rows:
-        f32 = matmul_gflops(shape, torch.float32, threads)
-        b16 = matmul_gflops(shape, torch.bfloat16, threads)
+        f32 = H.matmul_gflops(shape, "float32", threads, repeats=7)
+        b16 = H.matmul_gflops(shape, "bfloat16", threads, repeats=7)
         print(f"{name + ' GFLOP/s':<34}{threads:>8}{f32:>10.1f}{b16:>10.1f}{b16 / f32:>10.2f}x")
     if not args.no_model:
         f32 = model_tokens_per_s("float32", args.threads)

@@ -442,17 +442,9 @@ def host() -> dict[str, Any]:
     differ between runs even on one machine: vLLM's engine core, in its own process, batches requests by timing),
     and whether it computes bf16 natively (``agentgym_turn.hardware.native_bf16``, recorded as ``bf16_kernels``:
     without it ``--dtype auto`` trains in fp32, and an explicit bf16 run is 4-20x slower)."""
-    import platform
+    from agentgym_turn.hardware import cpu_model, native_bf16
 
-    from agentgym_turn.hardware import native_bf16
-
-    name = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
-    except OSError:
-        pass
-    name = name or platform.processor() or platform.machine()  # processor() may spawn `uname -p`: only as fallback
+    name = cpu_model()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return {"cpu": name, "cores": cores, "bf16_kernels": native_bf16("cpu")}
 
