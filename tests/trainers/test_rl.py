@@ -177,15 +177,18 @@ def test_ratio_level_auto_is_turn_for_turn_ppo_only():
 
 
 @pytest.mark.slow
-def test_training_run_on_the_vllm_engine_pushes_weights_every_step(tmp_path, tokenizer, vllm_engine):
-    """The default engine end to end in the RL loop: vLLM samples, the update runs, the weights reach vLLM (the
-    session's shared engine, ``conftest.vllm_engine``: ``train`` pushes the starting policy into it first)."""
+@pytest.mark.parametrize("own_engine", [False, True], ids=["shared-engine", "own-engine"])
+def test_training_run_on_the_vllm_engine_pushes_weights_every_step(tmp_path, tokenizer, vllm_engine, own_engine):
+    """The default engine end to end in the RL loop: vLLM samples, the update runs, the weights reach vLLM: on the
+    session's shared engine (``conftest.vllm_engine``: ``train`` pushes the starting policy into it first), and once
+    on the engine ``train`` builds itself as the CLI does (the policy saved for vLLM's start, closed at the end)."""
     model = tiny_llama(len(tokenizer), seed=3, vllm_heads=True)  # not the weights the shared engine started with
     model_dir = tmp_path / "model"
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     cfg = _cfg(tmp_path, str(model_dir), strategy="mt_ppo", kl_coef=0.01, engine="vllm", engine_kv_cache_gib=1)
-    train(cfg, engine=vllm_engine)
+    train(cfg) if own_engine else train(cfg, engine=vllm_engine)
+    assert (tmp_path / "run" / ENGINE_WEIGHTS / "config.json").is_file() is own_engine  # the CLI's vLLM start
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r["perf/weight_push_seconds"] > 0 and r["rollout/policy_tokens"] > 0 for r in rows)
