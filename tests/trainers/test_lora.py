@@ -180,14 +180,17 @@ def test_vllm_with_the_pushed_adapter_samples_what_the_merged_folder_does(tmp_pa
 
 
 @pytest.mark.slow
-def test_rl_on_vllm_pushes_the_adapter_every_step(tmp_path, tokenizer, vllm_engine):
-    """The RL loop on the shared engine (``train(engine=...)``): it pushes the base, then the adapter every step."""
+@pytest.mark.parametrize("own_engine", [False, True], ids=["shared-engine", "own-engine"])
+def test_rl_on_vllm_pushes_the_adapter_every_step(tmp_path, tokenizer, vllm_engine, own_engine):
+    """The RL loop on the shared engine (``train(engine=...)``: it pushes the base, then the adapter every step), and
+    once on the engine ``train`` builds itself as the CLI does (vLLM started on the base folder, the adapter pushed)."""
     from trainers.rl import train
 
     model_dir = tmp_path / "model"
     tiny_llama(len(tokenizer), seed=3, vllm_heads=True).save_pretrained(model_dir)  # not the engine's start-up base
     tokenizer.save_pretrained(model_dir)
-    train(_cfg(tmp_path, str(model_dir), engine="vllm", engine_kv_cache_gib=1), engine=vllm_engine)
+    cfg = _cfg(tmp_path, str(model_dir), engine="vllm", engine_kv_cache_gib=1)
+    train(cfg) if own_engine else train(cfg, engine=vllm_engine)
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r["perf/weight_push_seconds"] > 0 and r["rollout/policy_tokens"] > 0 for r in rows)
