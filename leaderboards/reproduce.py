@@ -14,12 +14,12 @@
 recorded commands is replayed when its model needs no training (a scripted policy, the bundled ``smollm2``): its
 evaluation command is rebuilt from the row's fields (:func:`rebuilt_command`); a trained model's such row cannot be.
 
-**An experiment run** is replayed by the grid's own runner (:mod:`leaderboards.experiments`) into
+**An experiment run** is replayed by the grid's own runner (:mod:`leaderboards.runner`) into
 ``<work-dir>/<name>/...``: the warm start (``python -m trainers.sft`` with the spec's arguments), then the run's
 training and its final evaluation, the commands its ``run.json`` records. Its committed row is the run's
 ``final-eval``.
 
-Every command is started by a launcher (:data:`leaderboards.experiments.Launch`, the ``launch`` argument of
+Every command is started by a launcher (:data:`leaderboards.runner.Launch`, the ``launch`` argument of
 :func:`main`): a subprocess by default, as the grid's runner does; the tests play them in their own process.
 
 **The verdict**: for every metric of the row, the reproduced estimate against the committed estimate and its 95%
@@ -43,7 +43,7 @@ from typing import Any
 
 from agentgym_turn.error import InvalidArgument
 from leaderboards.evaluate import git_sha
-from leaderboards.experiments import Launch, call_logged, launch_subprocess
+from leaderboards.runner import Launch, call_logged, launch_subprocess
 from leaderboards.tables import ResultRow, read_rows
 from trainers.provenance import WORK, replay_argv
 
@@ -179,9 +179,10 @@ def reproduce_run(
 ) -> tuple[ResultRow, ResultRow | None]:
     """Replay one run of an experiment grid (``ARM/seedK`` or ``warm_start``) in ``work``, each command through
     ``launch``; returns its committed final-eval row and the reproduced one."""
-    from leaderboards import experiments as X
+    from leaderboards import runner as X
+    from leaderboards.spec import load_spec
 
-    spec = X.load_spec(spec_path)
+    spec = load_spec(spec_path)
     committed_root = Path(X.RUNS_DIR) if committed_root is None else committed_root
     checks = {out.name: (seed, out) for seed, out in spec.check_dirs(work)}
     run, check_seed = None, None

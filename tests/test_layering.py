@@ -211,4 +211,4 @@ def test_the_real_graph_has_the_lazy_edges(graph):
     _, edges = graph
     assert "trainers.ray_rollout" in edges["trainers.rl"]  # inside train()
     assert "trainers.engine_transformers" in edges["trainers.engines"]  # inside make_engine()
-    assert "trainers.rl" in edges["leaderboards.experiments"]  # inside _config_of()
+    assert "trainers.rl" in edges["leaderboards.spec"]  # inside _config_of()

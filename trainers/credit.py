@@ -178,6 +178,7 @@ from typing import Literal
 import numpy as np
 
 from agentgym_turn.error import InvalidArgument
+from trainers.config import arg
 from trainers.episode import Episode
 
 Normaliser = Literal["grpo", "rloo"]
@@ -214,37 +215,58 @@ class CreditConfig:
         gigpo_omega: GiGPO's weight ω of the step-level advantage (1.0 in 2505.10978).
     """
 
-    gamma: float = 1.0
-    gae_lambda: float = 1.0
-    turn_coef: float = 1.0
-    mt_final_turn_advantage: bool = False
-    eps: float = 1e-4
-    std_ddof: int = 1
-    scale_by_std: bool = True
-    whiten_advantages: bool = True
-    bootstrap_truncated: bool = False
+    # the fields declared with arg() are flags of the RL trainers (``RLConfig.credit_cfg``), in this order
+    gamma: float = arg(1.0, "GAE discount (001: 1.0)")
+    gae_lambda: float = arg(1.0, "GAE lambda (001: 1.0)")
+    turn_coef: float = arg(1.0, "MT-GRPO coefficient on later turns' advantages")
+    use_loss_mask: bool = arg(True, "policy loss on policy tokens only (Agent-R1 loss mask)", flag="loss_mask")
+    use_advantage_mask: bool = arg(
+        True, "advantages/GAE on policy tokens only (Agent-R1 advantage mask)", flag="advantage_mask"
+    )
+    std_ddof: int = arg(
+        1,
+        "group std of GRPO-style advantages: 1 = sample std (TRL), 0 = population (003 eq. 5)",
+        choices=(0, 1),
+        flag="group_std_ddof",
+    )
+    eps: float = arg(1e-4, "added to the group std in GRPO-style normalisation", flag="group_std_eps")
+    scale_by_std: bool = arg(True, "divide group-centred rewards by the group std (GRPO)")
+    whiten_advantages: bool = arg(True, "whiten GAE / REINFORCE++ advantages over the batch's tokens (verl)")
+    turn_gamma: float = arg(1.0, "per-turn discount: mt_grpo/mt_rloo future advantages, mt_*_rtg returns-to-go")
+    gigpo_gamma: float = arg(0.95, "GiGPO: discount of each turn's return (step-level advantage)")
+    gigpo_omega: float = arg(1.0, "GiGPO: weight omega of the step-level advantage")
+    mt_final_turn_advantage: bool = arg(
+        False,
+        "MT-GRPO/MT-RLOO: add the final turn's own turn-level advantage (an extension of 000 eq. 9 / 001 eq. 12)",
+    )
+    bootstrap_truncated: bool = arg(
+        False,
+        "GAE of a truncated episode starts from the critic's value after its last token (a head output no target "
+        "ever trains) instead of 0 (verl's choice, the default)",
+    )
     tarl_terminal_scale: float = TARL_TERMINAL_SCALE
     tarl_major_scale: float = TARL_MAJOR_SCALE
     tarl_turn_scale: float = TARL_TURN_SCALE
-    use_loss_mask: bool = True
-    use_advantage_mask: bool = True
-    turn_gamma: float = 1.0
-    gigpo_gamma: float = 0.95
-    gigpo_omega: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("gamma", "gae_lambda", "turn_gamma", "gigpo_gamma"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
-                raise InvalidArgument(f"CreditConfig.{name}={value!r} must lie in [0, 1]; the papers use 1.0.")
+                raise InvalidArgument(f"{_knob(name)}={value!r} must lie in [0, 1]; the papers use 1.0.")
         if self.turn_coef < 0.0:
-            raise InvalidArgument(f"CreditConfig.turn_coef={self.turn_coef!r} must be >= 0 (001 uses [0, 1]).")
+            raise InvalidArgument(f"{_knob('turn_coef')}={self.turn_coef!r} must be >= 0 (001 uses [0, 1]).")
         if self.gigpo_omega < 0.0:
-            raise InvalidArgument(f"CreditConfig.gigpo_omega={self.gigpo_omega!r} must be >= 0 (2505.10978 uses 1).")
+            raise InvalidArgument(f"{_knob('gigpo_omega')}={self.gigpo_omega!r} must be >= 0 (2505.10978 uses 1).")
         if self.eps <= 0.0:
-            raise InvalidArgument(f"CreditConfig.eps={self.eps!r} must be > 0; it keeps a zero std finite.")
+            raise InvalidArgument(f"{_knob('eps')}={self.eps!r} must be > 0; it keeps a zero std finite.")
         if self.std_ddof not in (0, 1):
-            raise InvalidArgument(f"CreditConfig.std_ddof={self.std_ddof!r} must be 0 or 1.")
+            raise InvalidArgument(f"{_knob('std_ddof')}={self.std_ddof!r} must be 0 or 1.")
+
+
+def _knob(name: str) -> str:
+    """How an error names a CreditConfig field: ``CreditConfig.eps (--group-std-eps)``."""
+    flag = CreditConfig.__dataclass_fields__[name].metadata.get("flag") or name
+    return f"CreditConfig.{name} (--{flag.replace('_', '-')})"
 
 
 @dataclass

@@ -24,12 +24,12 @@ FRESH_TORCH_SEED = 67280421310721
 
 
 def launch_in_process(cmd: list[str], log: Path) -> int:
-    """The runner's launcher (:data:`leaderboards.experiments.Launch`) for tests: ``python -m MODULE ARGS`` played in
+    """The runner's launcher (:data:`leaderboards.runner.Launch`) for tests: ``python -m MODULE ARGS`` played in
     this process by calling ``MODULE``'s CLI ``main`` with ``ARGS`` the way its ``__main__`` block does, stdout and
     stderr (Python's and the file descriptors') appended to ``log``; returns the exit status (a ``SystemExit``'s
     code; 1, with the traceback in the log, for an exception). It saves each run the ~25 s a new interpreter spends
     importing torch and transformers. What a run changes process-wide is put back afterwards
-    (:func:`restored_process_state`). The product keeps :func:`~leaderboards.experiments.launch_subprocess`: a run
+    (:func:`restored_process_state`). The product keeps :func:`~leaderboards.runner.launch_subprocess`: a run
     played here that crashes the interpreter takes the test down with it."""
     if len(cmd) < 3 or cmd[1] != "-m":
         raise ValueError(f"launch_in_process plays `python -m MODULE ARGS`, not {cmd[:3]}")

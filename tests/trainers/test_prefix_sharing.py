@@ -9,6 +9,7 @@ import pytest
 
 from tests.trainers.conftest import tiny_llama
 from trainers import modeling as M
+from trainers.config import from_flat
 from trainers.credit import CreditConfig, get_strategy
 from trainers.episode import Episode
 from trainers.rl import RLConfig, critic_minibatch, policy_minibatch
@@ -44,7 +45,7 @@ def _cfg(**kw) -> RLConfig:
     base = dict(env=["TurnRL/WikiTwoTurn-v1"], kl_coef=0.1, entropy_coef=0.01, bf16=False, engine="transformers",
                 sft_episodes=0, aggregation="token_mean")  # fmt: skip
     base.update(kw)
-    return RLConfig(**base)
+    return from_flat(RLConfig, base)  # flat: loss_mask is RLConfig.credit_cfg.use_loss_mask
 
 
 @pytest.mark.parametrize("tree", [False, True])
@@ -60,7 +61,7 @@ def test_shared_prefix_gives_the_losses_and_gradients_of_the_unshared_path(tree:
         for p in critic.head.parameters():
             p.normal_()
     values = [rng.normal(size=len(e.token_ids) + 1) for e in eps]
-    credit = get_strategy("mt_ppo")(eps, values, cfg.credit_config())
+    credit = get_strategy("mt_ppo")(eps, values, cfg.credit_cfg)
     old = {i: e.logprobs - 0.1 for i, e in enumerate(eps)}
     every = range(len(eps))
     unshared = M.pack_episodes(eps, every, 10_000)  # one row: the block-diagonal mask path
@@ -95,7 +96,7 @@ def test_shared_prefix_gives_the_losses_and_gradients_of_the_unshared_path(tree:
                 heads.update(pack.split(critic.pack_values(pack)))
         model.zero_grad(), critic.zero_grad()
         logs, lp = policy_minibatch(model, packs, old, credit, ref, cfg)
-        vloss = critic_minibatch(critic, packs, values, credit, cfg)
+        vloss = critic_minibatch(critic, packs, values, credit, value_clip=cfg.value_clip, autocast=cfg.autocast)
         grads = [p.grad.clone() for p in [*model.parameters(), *critic.parameters()] if p.grad is not None]
         results.append((ref, heads, logs, lp, vloss, grads))
     base = results[0]
