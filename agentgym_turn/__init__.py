@@ -15,18 +15,21 @@ This package is the contract (:class:`TurnEnv`) and the shared building blocks (
 retrieval, chat clients, errors). It never imports torch.
 """
 
-from agentgym_turn.core import Message, RewardLevel, TurnEnv, TurnResult
+from agentgym_turn.checker import check_turn_env
+from agentgym_turn.core import EPISODE_METRICS_KEY, Message, RewardLevel, TurnEnv, TurnResult
 from agentgym_turn.registration import ENV_SPECS, TurnRLSpec, held_out_kwargs, make_vec, register_envs
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ENV_SPECS",
+    "EPISODE_METRICS_KEY",
     "Message",
     "RewardLevel",
     "TurnEnv",
     "TurnRLSpec",
     "TurnResult",
+    "check_turn_env",
     "held_out_kwargs",
     "make_vec",
     "register_envs",

@@ -44,8 +44,21 @@ provides it by overriding :meth:`TurnEnv._state_key`; build keys with :func:`sta
 Subclasses implement three things: :meth:`TurnEnv._sample_task` (draw a task with ``self.np_random``),
 :meth:`TurnEnv._begin` (the opening messages for a task) and :meth:`TurnEnv._turn` (score one assistant turn and
 answer it). The base class keeps ``history``, the turn counter, the per-episode reward bookkeeping, the episode
-metrics in the final ``info["episode"]`` and ``fork()``. (Gymnasium's ``RecordEpisodeStatistics`` writes the same
-key by default: give it ``stats_key="episode_stats"`` when you stack it on a TurnRL env.)
+metrics in the final ``info["episode_metrics"]`` (:data:`EPISODE_METRICS_KEY`) and ``fork()``.
+
+**Gymnasium's wrappers.** ``info["episode"]`` is left to Gymnasium: its ``RecordEpisodeStatistics`` (single and
+vector) writes ``{"r", "l", "t"}`` there at the episode's end, so the standard stack works on every TurnRL id::
+
+    >>> from gymnasium.wrappers import RecordEpisodeStatistics, TimeLimit
+    >>> env = RecordEpisodeStatistics(TimeLimit(gym.make("TurnRL/Arithmetic-v0"), 5))
+    >>> _ = env.reset(seed=0)
+    >>> info = env.step("I do not know.")[-1]
+    >>> sorted(info["episode"]), info["episode_metrics"]["env/turns"]
+    (['l', 'r', 't'], 1.0)
+
+A ``TimeLimit`` cut (``truncated=True``) happens outside the env, so its ``info`` has Gymnasium's statistics but no
+TurnRL metrics; ``env.unwrapped.truncate()`` ends the episode the TurnRL way and returns them (what
+``trainers.rollout`` does at its own limits).
 """
 
 from __future__ import annotations
@@ -53,6 +66,7 @@ from __future__ import annotations
 import abc
 import copy
 import hashlib
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -65,6 +79,10 @@ from agentgym_turn.spaces import ChatMessages, UnicodeText, is_message
 
 Message = dict[str, Any]
 RewardLevel = Literal["turn", "outcome"]
+
+#: The ``info`` key of the episode's metrics (:meth:`TurnEnv.episode_metrics`) on the step (or ``truncate``) that
+#: ends an episode. Not ``"episode"``: Gymnasium's ``RecordEpisodeStatistics`` reserves that key for ``{r, l, t}``.
+EPISODE_METRICS_KEY = "episode_metrics"
 
 
 @dataclass
@@ -168,11 +186,16 @@ class TurnEnv(gym.Env[list, str], abc.ABC):
             outcome-only (OR), merged (MR) or separate turn-level (MT) rewards.
         shared_attributes: names of read-only heavy resources (a search index, a database template, a model
             client) that :meth:`fork` shares instead of copying.
+        held_out: for an env registered outside TurnRL, the ``gym.make`` kwargs that pose its held-out tasks,
+            disjoint from the training ones (``{}``: procedural tasks, held out by seed alone; ``None``: not
+            defined, so evaluations need them given). TurnRL ids keep theirs in the registry
+            (:func:`agentgym_turn.registration.held_out_kwargs` reads both).
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 1}
     reward_levels: ClassVar[dict[str, RewardLevel]] = {}
     shared_attributes: ClassVar[tuple[str, ...]] = ()
+    held_out: ClassVar[dict[str, Any] | None] = None
 
     def __init__(self, *, render_mode: str | None = None, max_action_chars: int = 1 << 20) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -221,6 +244,22 @@ class TurnEnv(gym.Env[list, str], abc.ABC):
     def conversation_key(self) -> str:
         """``"t<turn>:<digest of history>"``: the key of an env whose state is the conversation so far."""
         return f"t{self.turn}:{state_digest(self.history)}"
+
+    def task_key(self, task: Mapping[str, Any]) -> str:
+        """The identity of ``task`` for held-out sets: two tasks with the same key pose the same problem, so an
+        evaluation never scores one twice. By default the task's ``id`` where it has one, else its whole content
+        (canonical JSON); an env whose tasks can look different and be the same puzzle overrides it (Sokoban:
+        the room's layout up to rotation and mirroring)."""
+        if task.get("id") is not None:
+            return f"id:{task['id']}"
+        return "json:" + json.dumps(task, sort_keys=True, default=str)
+
+    def draw_task(self, seed: int) -> dict[str, Any]:
+        """The task ``reset(seed=seed)`` poses, without starting an episode (an evaluation's task draw checks its
+        tasks are distinct this way, without paying an episode's start: a τ database, a spoken opening). It
+        re-seeds the env's generator, as ``reset`` does: call it between episodes, not inside one."""
+        gym.Env.reset(self, seed=seed)
+        return self._sample_task()
 
     # ------------------------------------------------------------------ the Gymnasium API
     @property
@@ -288,13 +327,14 @@ class TurnEnv(gym.Env[list, str], abc.ABC):
         self._add_state_key(info)
         if result.terminated:
             self._done = True
-            info["episode"] = self.episode_metrics()
+            info[EPISODE_METRICS_KEY] = self.episode_metrics()
         return [dict(m) for m in result.messages], reward, bool(result.terminated), False, info
 
     def truncate(self) -> dict[str, Any]:
         """End the running episode from outside the task: a trainer's turn or context limit cut it (Gymnasium's
         truncation). Returns what a final step's ``info`` holds: ``reward_components`` (paid on the last turn played),
-        ``late_reward_components`` (when scores come late) and ``episode`` (the episode's metrics).
+        ``late_reward_components`` (when scores come late) and ``episode_metrics`` (:data:`EPISODE_METRICS_KEY`: the
+        episode's metrics).
 
         A cut episode is never scored better than a failed one. Where the task's score needs the end (a verifier, an
         LLM judge: τ-bench), the env pays the worst finished outcome (:meth:`_truncation_result`); elsewhere the cut
@@ -322,7 +362,7 @@ class TurnEnv(gym.Env[list, str], abc.ABC):
             if late is not None:
                 info["late_reward_components"] = late
         self._done = True
-        info["episode"] = self.episode_metrics()
+        info[EPISODE_METRICS_KEY] = self.episode_metrics()
         return info
 
     def _truncation_result(self) -> TurnResult | None:

@@ -25,6 +25,11 @@ class ResetNeeded(TurnRLError, RuntimeError):
     """``step`` was called before ``reset`` or after the episode ended."""
 
 
+class TurnContractError(TurnRLError, AssertionError):
+    """An env breaks a promise of the turn contract (:func:`agentgym_turn.check_turn_env`); the message names the
+    promise, what the env did, and the fix."""
+
+
 class DependencyNotInstalled(TurnRLError, ImportError):
     """An optional dependency is missing; the message names the ``pip install`` that provides it."""
 

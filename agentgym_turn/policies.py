@@ -17,7 +17,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from agentgym_turn.core import Message, TurnEnv
+from agentgym_turn.core import EPISODE_METRICS_KEY, Message, TurnEnv
 from agentgym_turn.error import InvalidArgument
 
 ScriptedPolicy = Callable[[TurnEnv, np.random.Generator], str]
@@ -45,8 +45,8 @@ class EpisodeLog:
 
     @property
     def metrics(self) -> dict[str, float]:
-        """The episode metrics from the final ``info`` (empty if the episode did not finish)."""
-        return dict(self.infos[-1].get("episode", {})) if self.infos else {}
+        """The episode metrics from the final ``info["episode_metrics"]`` (empty if the episode did not finish)."""
+        return dict(self.infos[-1].get(EPISODE_METRICS_KEY, {})) if self.infos else {}
 
 
 def run_episode(

@@ -39,7 +39,10 @@ def parse_answer(text: str) -> int | None:
     Thousands separators, spaces and a trailing ``.0`` are tolerated: ``\\boxed{1,234}`` and ``\\boxed{1234.0}`` are
     1234.
     """
-    found = _BOXED.findall(text) or _ANSWER_TAG.findall(text)
+    found = _BOXED.findall(text)
+    if not found:  # every match ends by the last closing tag: no further search, so open tags cost linear time
+        end = text.rfind("</answer>")
+        found = _ANSWER_TAG.findall(text, 0, end + len("</answer>")) if end >= 0 else []
     if not found:
         return None
     raw = found[-1].replace(",", "").replace(" ", "").replace("$", "").strip()
@@ -114,6 +117,9 @@ class ArithmeticEnv(TurnEnv):
     ## Version History
     * v0: initial version. TARL mixes DeepScaleR problems; this env generates problems offline instead (no
       download, unlimited, exactly verifiable), so its difficulty is only an approximation of "medium".
+    * Every id, no version bump: the episode metrics moved from ``info["episode"]`` to ``info["episode_metrics"]``
+      (:data:`agentgym_turn.core.EPISODE_METRICS_KEY`), so Gymnasium's ``RecordEpisodeStatistics`` can add its
+      own ``info["episode"]``; rewards, tasks and the metrics themselves are unchanged.
     """
 
     reward_levels: ClassVar[dict[str, RewardLevel]] = {"answer": "outcome"}

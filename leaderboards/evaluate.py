@@ -43,7 +43,7 @@ from leaderboards.families import EpisodeResult, Family, compute_metrics, family
 from leaderboards.tables import ResultRow, append_row, regenerate
 from trainers.config import arg, build_parser, config_argv
 from trainers.device import check_device_spec
-from trainers.rollout import task_seeds
+from trainers.rollout import distinct_task_seeds
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_RESULTS = ROOT / "results"
@@ -173,7 +173,7 @@ def run_scripted(cfg: EvalConfig, env_kwargs: dict[str, Any], trials: int) -> Pl
     results: list[EpisodeResult] = []
     shown: list[Transcript] = []
     try:
-        for group, task_seed in enumerate(task_seeds(cfg.seed, cfg.episodes)):
+        for group, task_seed in enumerate(distinct_task_seeds(env, cfg.seed, cfg.episodes)):
             task = None
             for trial in range(trials):
                 options = None if task is None else {"task": task}
@@ -222,8 +222,10 @@ def run_model(cfg: EvalConfig, env_kwargs: dict[str, Any], budgets: dict[str, An
     )
     pool = EnvPool([cfg.env], make_kwargs=env_kwargs)
     try:
+        seeds = distinct_task_seeds(pool.get(cfg.env, 1)[0], cfg.seed, cfg.episodes)
         episodes, stats = collect(pool, engine_actor(engine, rcfg, seed=cfg.seed), tok, stop_token_ids(tok), rcfg,
-                                  num_tasks=cfg.episodes, group_size=budgets["trials"], seed=cfg.seed)  # fmt: skip
+                                  num_tasks=cfg.episodes, group_size=budgets["trials"], seed=cfg.seed,
+                                  seeds=seeds)  # fmt: skip
     finally:
         pool.close()
         engine.close()  # vLLM's engine process, stopped before the interpreter's exit

@@ -55,7 +55,28 @@ CURVE_KEYS = (
     "losses/policy",
     "losses/sft",
 )
-"""Curves drawn when present (``--curves`` picks others)."""
+"""Curves drawn when present (``--curves`` picks others); every ``credit/...`` key a run logged follows them
+(:func:`credit_keys`)."""
+
+
+def credit_keys(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The credit signal's instruments (``credit/...``, :mod:`trainers.instruments`) that ``rows`` carry, turn by
+    turn in turn order (``turn2`` before ``turn10``, pooled later turns last), then the advantage comparisons.
+
+    >>> row = {"step": 1, "credit/turn10_groups": 1, "credit/turn2_reward_varies": 0.5}
+    >>> credit_keys([row, {"credit/adv_differs_from_grpo_or": 1.0}])
+    ['credit/turn2_reward_varies', 'credit/turn10_groups', 'credit/adv_differs_from_grpo_or']
+    """
+    import re
+
+    def order(key: str) -> tuple[int, int, str]:
+        turn = re.match(r"credit/turn(\d+)_", key)
+        if turn:
+            return (0, int(turn.group(1)), key)
+        return (1 if key.startswith("credit/turn_later_") else 2, 0, key)
+
+    return sorted({k for row in rows for k in row if k.startswith("credit/")}, key=order)
+
 
 PALETTE = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666", "#1f78b4",
            "#b15928")  # fmt: skip
@@ -171,12 +192,12 @@ def recover_tasks(env_id: str, env_kwargs: dict[str, Any], seed: int, count: int
 
     import agentgym_turn  # noqa: F401  (registers the ids)
     from trainers.loggers import task_label
-    from trainers.rollout import task_seeds
+    from trainers.rollout import distinct_task_seeds
 
     env = gym.make(env_id, **env_kwargs)
     out = []
     try:
-        for task_seed in task_seeds(seed, count):
+        for task_seed in distinct_task_seeds(env, seed, count):
             messages, _ = env.reset(seed=task_seed)
             users = [m["content"] for m in messages if m.get("role") == "user" and isinstance(m.get("content"), str)]
             out.append(task_label(f"<|im_start|>user\n{users[-1]}<|im_end|>" if users else ""))
@@ -541,7 +562,9 @@ def render_page(runs: Sequence[Run], cfg: ViewConfig) -> str:
     """The whole HTML page (inline CSS, data and script; nothing fetched)."""
     envs = sorted({r.env for r in runs if r.env})
     title = cfg.title or f"TurnRL episodes: {', '.join(sorted({r.strategy for r in runs}))} on {', '.join(envs)}"
-    keys = cfg.curves or [k for k in CURVE_KEYS if any(k in row for r in runs for row in r.rows)]
+    keys = cfg.curves or [k for k in CURVE_KEYS if any(k in row for r in runs for row in r.rows)] + credit_keys(
+        [row for r in runs for row in r.rows]
+    )
     charts = [c for c in (svg_curve(k, runs) for k in keys) if c]
     legend = "".join(
         f'<span class="run"><span class="dot" style="background:{PALETTE[i % len(PALETTE)]}"></span>'

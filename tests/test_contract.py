@@ -9,18 +9,21 @@ from typing import ClassVar
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.utils.env_checker import check_env
 
 import agentgym_turn
-from agentgym_turn import ENV_SPECS, TurnEnv, make_vec
+from agentgym_turn import ENV_SPECS, TurnEnv, check_turn_env, make_vec
 from agentgym_turn.core import RewardLevel, TurnResult, state_digest, with_late_components
 from agentgym_turn.error import InvalidArgument, ResetNeeded
-from agentgym_turn.spaces import ChatMessages, UnicodeText, is_message
+from agentgym_turn.spaces import UnicodeText
 
 ALL_IDS = sorted(ENV_SPECS)
 
 
-@pytest.fixture(scope="module", params=ALL_IDS)
+#: Speech ids synthesise every user turn: checking one takes 3-60 s on 2 cores, so they are in the slow tier.
+_PARAMS = [pytest.param(i, marks=pytest.mark.slow) if "Speech" in i else i for i in ALL_IDS]
+
+
+@pytest.fixture(scope="module", params=_PARAMS)
 def env(request):
     e = gym.make(request.param)
     yield e
@@ -33,44 +36,17 @@ def test_every_id_is_namespaced_and_versioned():
         assert gym.spec(env_id).version is not None
 
 
-def test_check_env(env):
-    check_env(env.unwrapped, skip_render_check=True)
+#: Registered ids whose held-out kwargs pose their training tasks for the same seed, and why (check_turn_env's
+#: held-out check is skipped for them; every other promise is checked).
+HELD_OUT_OVERLAPS = {
+    **dict.fromkeys(("TurnRL/Sokoban-v0", "TurnRL/Sokoban-v1"), "older rooms: split='test' draws every room"),
+    **{i: "tau's default split is 'test', its held-out split too" for i in ALL_IDS if i.startswith("TurnRL/Tau")},
+}
 
 
-def test_contract_attributes(env):
-    base = env.unwrapped
-    assert isinstance(base, TurnEnv)
-    assert base.reward_levels and set(base.reward_levels.values()) <= {"turn", "outcome"}
-    assert isinstance(base.action_space, UnicodeText)
-    assert isinstance(base.observation_space, ChatMessages)
-
-
-def test_reset_is_seeded_and_history_starts_with_the_opening(env):
-    obs1, _ = env.reset(seed=7)
-    task1 = env.unwrapped.task
-    obs2, _ = env.reset(seed=7)
-    assert env.unwrapped.task == task1
-    assert obs1 == obs2 or repr(obs1) == repr(obs2)
-    assert all(is_message(m) for m in obs1)
-    assert env.unwrapped.history[: len(obs1)] == obs1 or repr(env.unwrapped.history[: len(obs1)]) == repr(obs1)
-
-
-def test_step_pays_declared_components_and_never_raises_on_text(env):
-    env.reset(seed=0)
-    for text in ["", "hello", "<answer>", "{" * 50, "\x00\xff garbage </tool>"]:
-        obs, reward, terminated, truncated, info = env.step(text)
-        assert isinstance(reward, float)
-        assert truncated is False
-        assert set(info["reward_components"]) <= set(env.unwrapped.reward_levels)
-        late = info.get("late_reward_components") or []
-        assert all(env.unwrapped.reward_levels[k] == "turn" for turn in late for k in turn)
-        assert abs(sum(info["reward_components"].values()) + sum(sum(t.values()) for t in late) - reward) < 1e-9
-        assert env.unwrapped.observation_space.contains(obs)
-        if terminated:
-            assert obs == [] and "episode" in info
-            break
-    else:
-        pytest.skip("the env did not end within five junk turns")  # still checked every step above
+def test_check_turn_env(env):
+    """Every registered id keeps the whole turn contract (agentgym_turn.check_turn_env), hostile actions included."""
+    check_turn_env(env, episodes=1, held_out=env.spec.id not in HELD_OUT_OVERLAPS)
 
 
 def test_anchor_state_keys(env):
@@ -218,7 +194,7 @@ def test_late_turn_rewards_reach_the_final_step_its_reward_and_the_metrics():
     assert info["reward_components"] == {"fmt": 0.5}
     assert info["late_reward_components"] == [{"judge": 1.0}, {"judge": -1.0}, {"judge": 0.0}]
     assert "late_reward_components" not in steps[0][-1]
-    assert info["episode"]["reward/judge"] == 0.0 and info["episode"]["env/return"] == 1.5
+    assert info["episode_metrics"]["reward/judge"] == 0.0 and info["episode_metrics"]["env/return"] == 1.5
     per_turn = with_late_components([i["reward_components"] for *_, i in steps], info["late_reward_components"])
     assert per_turn == [{"fmt": 0.5, "judge": 1.0}, {"fmt": 0.5, "judge": -1.0}, {"fmt": 0.5, "judge": 0.0}]
 

@@ -8,14 +8,17 @@ import importlib
 import pytest
 
 MODULES = [
+    "agentgym_turn.core",
     "agentgym_turn.parsing",
     "agentgym_turn.answers",
     "agentgym_turn.tools",
     "agentgym_turn.error",
+    "agentgym_turn.checker",
     "agentgym_turn.corpus",
     "agentgym_turn.retrieval.lucene",
     "envs.wiki_two_turn.rewards",
     "envs.wiki_two_turn.env",
+    "envs.credit_chain",
     "trainers.credit",
     "trainers.engine_api",
     "trainers.provenance",

@@ -42,7 +42,7 @@ class Episode:
         state_keys: one anchor-state key per turn, the state that turn acted in (``info["state_key"]`` of the
             ``reset``/``step`` before it, see :mod:`agentgym_turn.core`); ``None`` when the env provides none. GiGPO
             groups turns of a group's episodes by these keys.
-        metrics: the env's episode metrics (final ``info["episode"]``).
+        metrics: the env's episode metrics (final ``info["episode_metrics"]``).
     """
 
     env_id: str

@@ -44,19 +44,22 @@ CONFIDENCE = 0.95
 def held_out_kwargs(env_id: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``gym.make`` kwargs of ``env_id``'s held-out tasks: the registry's (e.g. ``split="validation"``,
     :func:`agentgym_turn.registration.held_out_kwargs`), updated by ``overrides``. An env that is not a TurnRL id
-    needs explicit ``overrides`` (``{}`` when its tasks are held out by seed alone), so an evaluation never falls
-    back to the training split unnoticed."""
-    from agentgym_turn.registration import ENV_SPECS
+    takes its env class's ``held_out`` attribute (a user's env: ``held_out = {"split": "test"}``), or else needs
+    explicit ``overrides`` (``{}`` when its tasks are held out by seed alone), so an evaluation never falls back to
+    the training split unnoticed."""
     from agentgym_turn.registration import held_out_kwargs as registered
 
-    bare = env_id.rpartition(":")[2]  # "pkg.module:TurnRL/Name-v0" -> "TurnRL/Name-v0"
-    base = registered(bare) if bare in ENV_SPECS else None
-    if base is None and overrides is None:
-        raise InvalidArgument(
-            f"{env_id!r} is not a TurnRL id, so it has no held-out split in the registry (and no leaderboard family); "
-            "pass env_kwargs, e.g. {'split': 'validation'}, or {} when its tasks are held out by seed alone."
-        )
-    return {**(base or {}), **dict(overrides or {})}
+    try:
+        base = registered(env_id)  # "pkg.module:NS/Name-v0" imports pkg.module first, as gym.make does
+    except InvalidArgument as exc:
+        if overrides is None:
+            raise InvalidArgument(
+                f"{exc} Without a held-out definition there is no leaderboard family to evaluate on either; or pass "
+                "env_kwargs (--eval-env-kwarg key=value), e.g. {'split': 'validation'}, or {} when its tasks are "
+                "held out by seed alone."
+            ) from None
+        base = {}
+    return {**base, **dict(overrides or {})}
 
 
 def parse_env_kwargs(items: Sequence[str]) -> dict[str, Any]:
@@ -122,13 +125,17 @@ def play_greedy(
     engine: Any, tokenizer: Any, pool: Any, rcfg: Any, *, tasks: int, seed: int, trials: int = 1
 ) -> tuple[list[Any], Any]:
     """Play ``tasks`` tasks of ``pool`` (``trials`` episodes each, group ``g`` = task ``g``) with ``engine`` under
-    ``rcfg`` (set ``temperature=0`` for greedy); the task draw of ``leaderboards.evaluate`` for the same seed."""
+    ``rcfg`` (set ``temperature=0`` for greedy); the task draw of ``leaderboards.evaluate`` for the same seed:
+    ``tasks`` distinct tasks (:func:`trainers.rollout.distinct_task_seeds`) where the pool holds one env id."""
     from trainers.engines import stop_token_ids
-    from trainers.rollout import collect, engine_actor
+    from trainers.rollout import collect, distinct_task_seeds, engine_actor
 
+    seeds = None
+    if len(pool.env_ids) == 1:
+        seeds = distinct_task_seeds(pool.get(pool.env_ids[0], 1)[0], seed, tasks)
     actor = engine_actor(engine, rcfg, seed=seed)
     return collect(pool, actor, tokenizer, stop_token_ids(tokenizer), rcfg, num_tasks=tasks, group_size=trials,
-                   seed=seed)  # fmt: skip
+                   seed=seed, seeds=seeds)  # fmt: skip
 
 
 def summarize(episodes: Sequence[Any], stop_ids: Sequence[int], prefix: str = "eval/") -> dict[str, float]:

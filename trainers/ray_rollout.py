@@ -70,7 +70,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from agentgym_turn.core import state_digest
+from agentgym_turn.core import EPISODE_METRICS_KEY, state_digest
 from agentgym_turn.error import InvalidArgument, ServiceError, require
 from trainers.engine_api import Generation, SamplingConfig
 from trainers.rollout import Actor, EnvPool, Slot, turn_text
@@ -248,7 +248,7 @@ class RemoteEnv:
         self.task: dict | None = None
         self.reward_levels: dict[str, str] = {}
         self.pending: tuple[str, Any, int] | None = None  # (action, step ref, incarnation) sent ahead
-        self.final_metrics: dict[str, float] | None = None  # info["episode"] of the step that ended the episode
+        self.final_metrics: dict[str, float] | None = None  # info["episode_metrics"] of the step that ended it
 
     @property
     def unwrapped(self) -> RemoteEnv:
@@ -330,11 +330,11 @@ class RemoteEnv:
         answer = self._call("step", action, sent=sent)
         self.record.append(("step", action))
         self.digests.append(_answer_digest("step", answer))
-        self.final_metrics = answer[4].get("episode") if answer[2] or answer[3] else None
+        self.final_metrics = answer[4].get(EPISODE_METRICS_KEY) if answer[2] or answer[3] else None
         return answer
 
     def episode_metrics(self) -> dict[str, float]:
-        """The env's episode metrics (no round trip once a step ended the episode: its ``info["episode"]``)."""
+        """The env's episode metrics (no round trip once a step ended the episode: its ``info["episode_metrics"]``)."""
         if self.final_metrics is not None:
             return dict(self.final_metrics)
         return self._call("episode_metrics")
@@ -342,7 +342,7 @@ class RemoteEnv:
     def truncate(self) -> dict[str, Any]:
         """``TurnEnv.truncate`` on the worker: the episode is cut at a rollout limit (its metrics kept here)."""
         info = self._call("truncate")
-        self.final_metrics = dict(info["episode"])
+        self.final_metrics = dict(info[EPISODE_METRICS_KEY])
         return info
 
     def fork(self) -> RemoteEnv:

@@ -66,7 +66,7 @@ import numpy as np
 
 from agentgym_turn.error import InvalidArgument
 from agentgym_turn.logs import quiet_logs
-from trainers.config import ENV_KWARG_HELP, arg, env_kwargs_by_id, to_dict
+from trainers.config import ENV_KWARG_HELP, arg, env_kwargs_by_id, nested, to_dict
 from trainers.credit import STRATEGIES, CreditConfig, CreditOutput, get_strategy, needs
 from trainers.credit import loss_mask as loss_tokens
 from trainers.device import BF16_HELP, DEVICE_HELP, DTYPE_CHOICES, DTYPE_HELP, check_device_spec
@@ -86,7 +86,10 @@ CREDIT = {
 
 @dataclass
 class RLConfig:
-    """Every knob of an RL run (flat; one CLI flag each)."""
+    """Every knob of an RL run, one CLI flag each; the knobs of ``trainers.credit`` are held whole as
+    :attr:`credit_cfg`, a :class:`~trainers.credit.CreditConfig`, whose fields are flags too (``--group-std-eps`` is
+    ``credit_cfg.eps``; ``trainers.config.options``). Build one from flat values with ``trainers.config.from_flat``
+    (what a saved ``config.json`` holds)."""
 
     env: list[str] = arg(["TurnRL/WikiTwoTurn-v1"], "env ids to train on (several = mixed-task training)")  # noqa: RUF009
     env_weights: list[float] | None = arg(None, "sampling weight per --env id (default: uniform)")  # noqa: RUF009
@@ -175,35 +178,7 @@ class RLConfig:
         "mean of the turn's token ratios, clipped as one), or per sequence (GSPO); auto: turn for turn_ppo, else token",
         choices=("auto", *RATIO_LEVELS),
     )
-    gamma: float = arg(1.0, "GAE discount (001: 1.0)")
-    gae_lambda: float = arg(1.0, "GAE lambda (001: 1.0)")
-    turn_coef: float = arg(1.0, "MT-GRPO coefficient on later turns' advantages")
-    loss_mask: bool = arg(True, "policy loss on policy tokens only (Agent-R1 loss mask)")
-    advantage_mask: bool = arg(True, "advantages/GAE on policy tokens only (Agent-R1 advantage mask)")
-    group_std_ddof: int = arg(
-        CreditConfig.std_ddof,
-        "group std of GRPO-style advantages: 1 = sample std (TRL), 0 = population (003 eq. 5)",
-        choices=(0, 1),
-    )
-    group_std_eps: float = arg(CreditConfig.eps, "added to the group std in GRPO-style normalisation")
-    scale_by_std: bool = arg(CreditConfig.scale_by_std, "divide group-centred rewards by the group std (GRPO)")
-    whiten_advantages: bool = arg(
-        CreditConfig.whiten_advantages, "whiten GAE / REINFORCE++ advantages over the batch's tokens (verl)"
-    )
-    turn_gamma: float = arg(
-        CreditConfig.turn_gamma, "per-turn discount: mt_grpo/mt_rloo future advantages, mt_*_rtg returns-to-go"
-    )
-    gigpo_gamma: float = arg(CreditConfig.gigpo_gamma, "GiGPO: discount of each turn's return (step-level advantage)")
-    gigpo_omega: float = arg(CreditConfig.gigpo_omega, "GiGPO: weight omega of the step-level advantage")
-    mt_final_turn_advantage: bool = arg(
-        CreditConfig.mt_final_turn_advantage,
-        "MT-GRPO/MT-RLOO: add the final turn's own turn-level advantage (an extension of 000 eq. 9 / 001 eq. 12)",
-    )
-    bootstrap_truncated: bool = arg(
-        False,
-        "GAE of a truncated episode starts from the critic's value after its last token (a head output no target "
-        "ever trains) instead of 0 (verl's choice, the default)",
-    )
+    credit_cfg: CreditConfig = nested(CreditConfig)  # noqa: RUF009  (flags --gamma ... --bootstrap-truncated)
     lora_rank: int = arg(0, "LoRA rank (0 = full fine-tuning); needs peft")
     lora_alpha: float = arg(16.0, "LoRA alpha")
     lora_targets: list[str] = arg(  # noqa: RUF009
@@ -244,6 +219,11 @@ class RLConfig:
     )
 
     def __post_init__(self) -> None:
+        if not isinstance(self.credit_cfg, CreditConfig):  # e.g. a saved config's dict: from_flat reads those
+            raise InvalidArgument(
+                f"RLConfig.credit_cfg={self.credit_cfg!r} must be a trainers.credit.CreditConfig; build a config from "
+                "flat values (gamma=..., group_std_eps=...) with trainers.config.from_flat(RLConfig, values)."
+            )
         if self.credit is not None:
             self.strategy = CREDIT[self.algo][self.credit]
         declared = needs(self.strategy)  # unknown names raise with "did you mean"
@@ -287,7 +267,7 @@ class RLConfig:
             raise InvalidArgument(f"--minibatches={self.minibatches} exceeds the episodes per step; lower it.")
         if self.max_context <= self.max_new_tokens:
             raise InvalidArgument(f"--max-context={self.max_context} must exceed --max-new-tokens.")
-        for name in ("lr", "critic_lr", "clip_eps", "max_grad_norm", "temperature", "group_std_eps"):
+        for name in ("lr", "critic_lr", "clip_eps", "max_grad_norm", "temperature"):
             if getattr(self, name) <= 0:
                 raise InvalidArgument(f"--{name.replace('_', '-')}={getattr(self, name)} must be > 0.")
         if self.sft_episodes < 0 or self.sft_epochs < 1 or self.sft_batch_episodes < 1 or self.sft_lr <= 0:
@@ -300,9 +280,11 @@ class RLConfig:
 
             self.sft_policy = family_defaults(self.env).get("policy", SFTConfig.policy)
         if self.sft_episodes:
-            from trainers.sft import parse_policy_mix
+            from trainers.sft import check_policy_mix, parse_policy_mix
 
             parse_policy_mix(self.sft_policy)
+            if self.init is None:  # the cold start runs: every env must have the policies it imitates
+                check_policy_mix(self.env, self.sft_policy, "--sft-policy", "--sft-episodes 0")
         if self.kl_coef < 0 or self.entropy_coef < 0:
             raise InvalidArgument(f"--kl-coef={self.kl_coef} and --entropy-coef={self.entropy_coef} must be >= 0.")
         if self.engine == "auto":
@@ -343,7 +325,6 @@ class RLConfig:
                 f"--ray-gen-workers={self.ray_gen_workers} needs --ray ADDRESS and full weights (--lora-rank 0); "
                 "use --ray-gen-workers 0 to generate in this process."
             )
-        self.credit_config()  # validates gamma/lambda/turn_coef
         check_device_spec(self.device)
         from trainers.loggers import check_log_spec
 
@@ -353,25 +334,6 @@ class RLConfig:
                 f"--trace-every={self.trace_every} must be >= 0 (0 = off) and --trace-episodes={self.trace_episodes} "
                 ">= 1."
             )
-
-    def credit_config(self) -> CreditConfig:
-        """The knobs of ``trainers.credit`` this run sets."""
-        return CreditConfig(
-            gamma=self.gamma,
-            gae_lambda=self.gae_lambda,
-            turn_coef=self.turn_coef,
-            turn_gamma=self.turn_gamma,
-            gigpo_gamma=self.gigpo_gamma,
-            gigpo_omega=self.gigpo_omega,
-            mt_final_turn_advantage=self.mt_final_turn_advantage,
-            eps=self.group_std_eps,
-            std_ddof=self.group_std_ddof,
-            scale_by_std=self.scale_by_std,
-            whiten_advantages=self.whiten_advantages,
-            bootstrap_truncated=self.bootstrap_truncated,
-            use_loss_mask=self.loss_mask,
-            use_advantage_mask=self.advantage_mask,
-        )
 
     @property
     def autocast(self) -> bool:
@@ -395,14 +357,15 @@ def zero_advantage_groups(episodes: Sequence[Episode], strategy: Any, credit_cfg
     return alike
 
 
-def pack_minibatch(episodes: Sequence[Episode], indices: Sequence[int], cfg: RLConfig, device: Any = None) -> list[Any]:
-    """One minibatch's packs on ``device``: sharing their common prompt (``--share-prefix``) or rows of whole
-    episodes."""
+def pack_minibatch(episodes: Sequence[Episode], indices: Sequence[int], pack_tokens: int,
+                   share_pack_tokens: int | None, device: Any = None) -> list[Any]:  # fmt: skip
+    """One minibatch's packs on ``device``: sharing their common prompt, ``share_pack_tokens`` a pack
+    (``--share-prefix``), or rows of whole episodes, ``pack_tokens`` a row (``share_pack_tokens`` None)."""
     from trainers import modeling as M
 
-    if cfg.share_prefix:
-        return M.pack_shared(episodes, indices, cfg.share_pack_tokens, device=device)
-    return M.pack_episodes(episodes, indices, cfg.pack_tokens, device=device)
+    if share_pack_tokens is not None:
+        return M.pack_shared(episodes, indices, share_pack_tokens, device=device)
+    return M.pack_episodes(episodes, indices, pack_tokens, device=device)
 
 
 def ratio_segments(ep: Episode, level: str) -> np.ndarray:
@@ -474,10 +437,10 @@ def policy_minibatch(
     return logs, computed
 
 
-def critic_minibatch(
-    critic: Any, packs: Sequence[Any], values: Sequence[np.ndarray], credit: CreditOutput, cfg: RLConfig
-) -> float:
-    """Forward and backward of the clipped value loss (token mean over the whole minibatch) over its packs;
+def critic_minibatch(critic: Any, packs: Sequence[Any], values: Sequence[np.ndarray], credit: CreditOutput, *,
+                     value_clip: float | None, autocast: bool = False) -> float:  # fmt: skip
+    """Forward and backward of the value loss clipped to ``value_clip`` around the old values (``--value-clip``;
+    token mean over the whole minibatch) over its packs, under bf16 ``autocast`` (:attr:`RLConfig.autocast`);
     returns the minibatch's value loss."""
     import torch
 
@@ -487,12 +450,12 @@ def critic_minibatch(
     den = aggregate_denominator([credit.value_masks[i] for p in packs for i in p.members], "token_mean")
     total = 0.0
     for pack in packs:
-        with M.autocast(cfg.autocast, pack.input_ids.device):
+        with M.autocast(autocast, pack.input_ids.device):
             head = critic.pack_values(pack)
         pred = torch.cat([head.new_zeros(1), head[:-1]])  # V(s_t) is the head at t - 1
         old_v = pack.gather([v[:-1] for v in values])
         vloss = value_loss(pred, old_v, pack.gather(credit.returns), pack.gather(credit.value_masks),
-                           clip_eps=cfg.value_clip, seq_ids=pack.seq_ids, denominator=den)  # fmt: skip
+                           clip_eps=value_clip, seq_ids=pack.seq_ids, denominator=den)  # fmt: skip
         vloss.backward()
         total += float(vloss.detach())
     return total
@@ -529,8 +492,8 @@ class Learner:
 class Batch:
     """One step's episodes as they pass through the phases. :func:`sample` fills the episodes, the rollout's
     statistics and the packed minibatches; :func:`score` the no-gradient log-probs and values; :func:`assign_credit`
-    the strategy's advantages; :func:`update` the losses. ``sampled`` is every episode rolled out (dynamic sampling
-    included), ``episodes`` those trained on."""
+    the strategy's advantages and the credit signal's instruments (``signal``); :func:`update` the losses.
+    ``sampled`` is every episode rolled out (dynamic sampling included), ``episodes`` those trained on."""
 
     step: int
     episodes: list[Episode]
@@ -543,6 +506,7 @@ class Batch:
     values: list[np.ndarray] | None = None
     credit: CreditOutput | None = None
     logs: dict[str, list[float]] = field(default_factory=dict)
+    signal: dict[str, float] = field(default_factory=dict)
     trained_tokens: int = 0
 
 
@@ -581,14 +545,18 @@ def sample(cfg: RLConfig, step: int, pool: Any, actor: Any, tok: Any, stops: Seq
                     "rollout/groups_trained": float(len(chosen))}  # fmt: skip
     # the minibatches of every epoch (split by episodes), packed once; score() and update() use the same packs
     order = np.random.default_rng(cfg.seed + step).permutation(len(episodes))
-    minibatches = [pack_minibatch(episodes, mb.tolist(), cfg, device) for mb in np.array_split(order, cfg.minibatches)]
+    share = cfg.share_pack_tokens if cfg.share_prefix else None
+    minibatches = [pack_minibatch(episodes, mb.tolist(), cfg.pack_tokens, share, device)
+                   for mb in np.array_split(order, cfg.minibatches)]  # fmt: skip
     return Batch(step, episodes, sampled, rstats, sampling, minibatches)
 
 
-def score(cfg: RLConfig, learner: Learner, batch: Batch, credit_cfg: CreditConfig, device: Any) -> None:
-    """Phase 2, no gradients: the policy's own log-probs (the old log-probs of every minibatch but the first, which
-    takes them from its own first forward: the policy has not moved yet), the reference's (``--kl-coef`` > 0) and
-    the critic's values (strategies with a critic), on the loss tokens.
+def score(learner: Learner, batch: Batch, credit_cfg: CreditConfig, device: Any, *, temperature: float,
+          kl_coef: float, autocast: bool) -> None:  # fmt: skip
+    """Phase 2, no gradients: the policy's own log-probs at ``temperature`` (the old log-probs of every minibatch
+    but the first, which takes them from its own first forward: the policy has not moved yet), the reference's
+    (``kl_coef`` > 0) and the critic's values (strategies with a critic), on the loss tokens of ``credit_cfg``,
+    under bf16 ``autocast`` (:attr:`RLConfig.autocast`).
 
     Old log-probs are the policy's own before the update (as verl), not the sampler's: env tokens in the loss
     (``--no-loss-mask``) have none from the sampler, and a bf16 sampler's differ from the trainer's."""
@@ -598,17 +566,17 @@ def score(cfg: RLConfig, learner: Learner, batch: Batch, credit_cfg: CreditConfi
 
     in_loss = [loss_tokens(ep, credit_cfg) for ep in batch.episodes]  # log-probs and the KL count there only
     heads: dict[int, np.ndarray] = {}
-    with torch.no_grad(), M.autocast(cfg.autocast, device):
+    with torch.no_grad(), M.autocast(autocast, device):
         for k, packs in enumerate(batch.minibatches):
             for pack in packs:
                 positions = pack.gather(in_loss)
                 if k > 0:
-                    lp = M.pack_logprobs(learner.policy, pack, temperature=cfg.temperature, positions=positions)
+                    lp = M.pack_logprobs(learner.policy, pack, temperature=temperature, positions=positions)
                     batch.old_lp.update(pack.split(lp.logprobs))
-                if cfg.kl_coef > 0:
+                if kl_coef > 0:
                     ref_model, ctx = M.reference_context(learner.policy, learner.reference)
                     with ctx:
-                        ref = M.pack_logprobs(ref_model, pack, temperature=cfg.temperature, positions=positions)
+                        ref = M.pack_logprobs(ref_model, pack, temperature=temperature, positions=positions)
                         batch.ref_lp.update(pack.split(ref.logprobs))
                 if learner.critic is not None:
                     heads.update(pack.split(learner.critic.pack_values(pack)))
@@ -617,8 +585,13 @@ def score(cfg: RLConfig, learner: Learner, batch: Batch, credit_cfg: CreditConfi
 
 
 def assign_credit(batch: Batch, strategy: Any, credit_cfg: CreditConfig) -> None:
-    """Phase 3: the strategy's per-token advantages (and returns for a critic): the one place a strategy runs."""
+    """Phase 3: the strategy's per-token advantages (and returns for a critic): the one place a strategy runs.
+    Beside it, not trained on, the instruments of the credit signal (:mod:`trainers.instruments`): whether the
+    sampled groups' turns differ in what they did and were paid, and how far the advantages are from GRPO-OR's."""
+    from trainers.instruments import advantage_difference, turn_signal
+
     batch.credit = strategy(batch.episodes, batch.values, credit_cfg)
+    batch.signal = {**turn_signal(batch.sampled), **advantage_difference(batch.episodes, batch.credit, credit_cfg)}
 
 
 def update(cfg: RLConfig, learner: Learner, batch: Batch) -> None:
@@ -647,7 +620,8 @@ def update(cfg: RLConfig, learner: Learner, batch: Batch) -> None:
                 logs.setdefault(key, []).append(v)
             if learner.critic_opt is not None:
                 learner.critic_opt.zero_grad(set_to_none=True)
-                vloss = critic_minibatch(learner.critic, packs, batch.values, batch.credit, cfg)
+                vloss = critic_minibatch(learner.critic, packs, batch.values, batch.credit,
+                                         value_clip=cfg.value_clip, autocast=cfg.autocast)  # fmt: skip
                 logs.setdefault("losses/value", []).append(vloss)
             batch.trained_tokens += sum(pack.num_tokens for pack in packs)
             logs.setdefault("losses/grad_norm", []).append(
@@ -665,11 +639,12 @@ def update(cfg: RLConfig, learner: Learner, batch: Batch) -> None:
 
 
 def step_row(batch: Batch, stops: Sequence[int], update_s: float) -> dict[str, float]:
-    """Phase 5's metrics of one step: every sampled episode's summary, dynamic sampling's counters, the mean of
-    each loss over its minibatches and epochs, rollout and update speed."""
+    """Phase 5's metrics of one step: every sampled episode's summary, dynamic sampling's counters, the credit
+    signal's instruments (``credit/...``), the mean of each loss over its minibatches and epochs, rollout and
+    update speed."""
     from trainers.metrics import episode_summary
 
-    row = {"step": batch.step + 1, **episode_summary(batch.sampled, stops), **batch.sampling}
+    row = {"step": batch.step + 1, **episode_summary(batch.sampled, stops), **batch.sampling, **batch.signal}
     row.update({k: float(np.mean(v)) for k, v in batch.logs.items()})
     row["rollout/seconds"] = batch.rollout.seconds
     row["rollout/tokens_per_s"] = batch.rollout.policy_tokens / max(batch.rollout.seconds, 1e-9)
@@ -857,7 +832,7 @@ def train(
     engine, colocated = build_engine(cfg, learner.policy, tok, run, init_spec, device, engine)
     rcfg = RolloutConfig(cfg.max_new_tokens, cfg.max_context, cfg.max_turns, cfg.temperature, cfg.top_p,
                          cfg.check_prefix)  # fmt: skip
-    strategy, credit_cfg = get_strategy(cfg.strategy), cfg.credit_config()
+    strategy, credit_cfg = get_strategy(cfg.strategy), cfg.credit_cfg
     ref = learner.reference
     ref_kind = "lora-base" if cfg.kl_coef > 0 and cfg.lora_rank else ("copy" if ref is not None else "none")
     print(f"[rl] {cfg.strategy} on {cfg.env} from {spec}: steps {start}->{cfg.steps}, "
@@ -895,7 +870,8 @@ def train(
             engine.sleep()  # vLLM's weights to CPU memory, its KV cache freed: the update's activations use the room
         t_update = time.perf_counter()
         # ---- (2) score, (3) credit, (4) update; then the new weights to the engine ----------------------------
-        score(cfg, learner, batch, credit_cfg, device)
+        score(learner, batch, credit_cfg, device, temperature=cfg.temperature, kl_coef=cfg.kl_coef,
+              autocast=cfg.autocast)  # fmt: skip
         assign_credit(batch, strategy, credit_cfg)
         update(cfg, learner, batch)
         if colocated:

@@ -34,7 +34,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from agentgym_turn.core import Message, with_late_components
+from agentgym_turn.core import EPISODE_METRICS_KEY, Message, with_late_components
 from agentgym_turn.error import InvalidArgument
 from agentgym_turn.policies import ScriptedPolicy, get_scripted_policy
 from trainers.engine_api import Engine, Generation, SamplingConfig
@@ -348,7 +348,7 @@ def cut(slot: Slot) -> None:
     if paid and slot.turn_rewards:
         slot.turn_rewards = with_late_components(slot.turn_rewards, [{}] * (len(slot.turn_rewards) - 1) + [paid])
     slot.turn_rewards = with_late_components(slot.turn_rewards, info.get("late_reward_components"))
-    slot.metrics = dict(info["episode"])
+    slot.metrics = dict(info[EPISODE_METRICS_KEY])
 
 
 def _apply_turn(
@@ -378,7 +378,7 @@ def _apply_turn(
         # Late turn rewards (a judge's per-turn scores, known at the end) go on the turns they belong to.
         slot.turn_rewards = with_late_components(slot.turn_rewards, info.get("late_reward_components"))
         slot.done, slot.terminated, slot.truncated = True, bool(terminated), bool(truncated)
-        slot.metrics = dict(info.get("episode", slot.env.unwrapped.episode_metrics()))
+        slot.metrics = dict(info.get(EPISODE_METRICS_KEY, slot.env.unwrapped.episode_metrics()))
         return
     if last_turn:
         return  # play() marks it truncated
@@ -457,6 +457,43 @@ def task_seeds(seed: int, n: int) -> list[int]:
     return draw_task_seeds(np.random.default_rng(seed), n)
 
 
+def distinct_task_seeds(env: gym.Env, seed: int, n: int) -> list[int]:
+    """``n`` task seeds posing ``n`` distinct tasks (by the env's ``task_key``: Sokoban's rooms by layout), so a
+    held-out evaluation never scores one task twice. It starts from :func:`task_seeds` and replaces, in place, each
+    seed whose task an earlier one already posed by the next seed the same generator draws: a task that was not a
+    repeat keeps its position (paired comparisons with earlier evaluations of the same seed still pair it), and a
+    draw without repeats equals ``task_seeds(seed, n)``. An env without ``task_key`` (not a ``TurnEnv``) gets
+    ``task_seeds``. Raises ``InvalidArgument`` when the env's task set holds fewer than ``n`` distinct tasks.
+
+    >>> import gymnasium as gym, agentgym_turn
+    >>> env = gym.make("TurnRL/Arithmetic-v0")
+    >>> seeds = distinct_task_seeds(env, 0, 8)
+    >>> len({env.unwrapped.task_key(env.unwrapped.draw_task(s)) for s in seeds})
+    8
+    """
+    base = env.unwrapped
+    if not (hasattr(base, "task_key") and hasattr(base, "draw_task")):
+        return task_seeds(seed, n)
+    rng = np.random.default_rng(seed)
+    seeds = draw_task_seeds(rng, n)
+    seen: set[str] = set()
+    draws, limit = n, 50 * n + 200
+    for i in range(n):
+        key = base.task_key(base.draw_task(seeds[i]))
+        while key in seen:
+            if draws >= limit:
+                name = env.spec.id if env.spec is not None else type(base).__name__
+                raise InvalidArgument(
+                    f"the held-out tasks of {name} hold only {len(seen)} distinct tasks in {draws} draws; evaluate "
+                    f"at most {len(seen)} tasks (--eval-tasks / --episodes)."
+                )
+            (seeds[i],) = draw_task_seeds(rng, 1)
+            draws += 1
+            key = base.task_key(base.draw_task(seeds[i]))
+        seen.add(key)
+    return seeds
+
+
 def collect(
     pool: EnvPool,
     actor: Actor,
@@ -470,10 +507,14 @@ def collect(
     tree: bool = False,
     branch_turns: int = 1,
     group_offset: int = 0,
+    seeds: Sequence[int] | None = None,
 ) -> tuple[list[Episode], RolloutStats]:
     """Episodes for ``num_tasks`` tasks: ``group_size`` per task (flat groups), or a tree with ``group_size``
     children per state for the first ``branch_turns`` turns (``tree=True``). Tasks and env ids are drawn from
-    ``seed``; group ids start at ``group_offset``."""
+    ``seed`` (``seeds``: these task seeds instead, one per task, e.g. :func:`distinct_task_seeds`); group ids start
+    at ``group_offset``."""
+    if seeds is not None and len(seeds) != num_tasks:
+        raise InvalidArgument(f"collect() got {len(seeds)} task seeds for num_tasks={num_tasks}; give one per task.")
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     counts: dict[str, int] = {}
@@ -484,7 +525,8 @@ def collect(
         counts[env_id] = counts.get(env_id, 0) + (1 if tree else group_size)
     envs = {env_id: pool.get(env_id, n) for env_id, n in counts.items()}
     slots: list[Slot] = []
-    for (g, env_id, first), task_seed in zip(plan, draw_task_seeds(rng, num_tasks), strict=True):
+    drawn = draw_task_seeds(rng, num_tasks) if seeds is None else [int(x) for x in seeds]
+    for (g, env_id, first), task_seed in zip(plan, drawn, strict=True):
         head, task = start_slot(envs[env_id][first], env_id, group_offset + g, tokenizer, task_seed)
         slots.append(head)
         for j in range(1, 1 if tree else group_size):

@@ -34,7 +34,19 @@ on another machine of the same kind: EM 0.391 [0.281, 0.500] (one task fewer; th
 is not bit-identical across machines), the committed ``smollm2+sft`` row, whose ``commands`` replay it (replayed:
 0.391 again); seeds 1 and 2 there (``experiments/wiki_recipe_sweep.toml``'s check seeds): 0.469, 0.453, 64/64.
 
+**WikiTwoTurn-v2**: ``scripted:explore`` (:data:`FAMILY_DEFAULTS`; v0 and v1 keep ``scripted:reference``,
+:data:`VERSION_DEFAULTS`, and ``--warm-start verbatim`` names it for v2). The reference policy searches the question
+verbatim, so every committed run's model did so on 64/64 held-out tasks and turn-1 rewards varied inside 6 of 131
+RL groups. ``explore`` draws its query (verbatim, main entity, keywords, paraphrase, some keywords, a wrong entity
+from the corpus titles: :mod:`agentgym_turn.queries`) and answers as ``reference``. Over the 4,421 training
+questions, 4 demonstrations each (bundled Lucene BM25, top 1): turn-1 ``search_answer`` varies inside 39.6% of the
+groups, every turn is well formed, search-answer rate 0.633 and EM 0.624 (reference: 0.760 and 0.753, varying in 0%).
+
 Other env families change some defaults (:data:`FAMILY_DEFAULTS`; a flag given wins).
+
+**CreditChain**: ``scripted:random_choice`` alone, unlike the oracle-like starts below: the env is a credit
+diagnostic, so the cold start teaches the tags and the turn structure but not which option fits a clue. Its turn-1
+picks are uniform (right half the time, either option), and RL must then find the mapping from the outcome alone.
 
 **SearchR1**: ``scripted:oracle`` alone (was 70% oracle / 30% direct). Every facts-v1 question needs a search
 (answered from the question alone: EM 0.07), so a direct demonstration teaches the wrong first move, and it weighs
@@ -112,8 +124,10 @@ from trainers.device import DEVICE_HELP, check_device_spec
 #: WikiTwoTurn's. They apply when every ``--env`` id belongs to the family; a flag given on the command line wins.
 #: Why each differs is in the module docstring.
 FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "WikiTwoTurn": {"policy": "scripted:explore"},
     "SearchR1": {"policy": "scripted:oracle", "max_context": 4096, "episodes": 256},
     "Sokoban": {"policy": "scripted:bfs", "episodes": 512},
+    "CreditChain": {"policy": "scripted:random_choice"},
 }
 
 #: ``--warm-start weakened``: the deliberately imperfect cold starts of the papers' comparisons, per env family, over
@@ -126,7 +140,12 @@ WEAKENED: dict[str, dict[str, Any]] = {
     "Sokoban": {"episodes": 64},
     "SearchR1": {"policy": "scripted:oracle=0.7,scripted:direct=0.3", "episodes": 64},
 }
-WARM_STARTS: tuple[str, ...] = ("default", "weakened")
+#: ``--warm-start verbatim``: the cold start that always searches the question verbatim (WikiTwoTurn's default up to
+#: v1, kept by name: it teaches one first turn, so turn-1 rewards rarely vary inside an RL group).
+VERBATIM: dict[str, dict[str, Any]] = {"WikiTwoTurn": {"policy": "scripted:reference"}}
+#: Defaults of older env versions that differ from their family's, so a committed command replays as it ran.
+VERSION_DEFAULTS: dict[str, dict[str, Any]] = {"WikiTwoTurn-v0": {}, "WikiTwoTurn-v1": {}}
+WARM_STARTS: tuple[str, ...] = ("default", "weakened", "verbatim")
 
 
 def env_family(env_ids: Sequence[str]) -> str | None:
@@ -137,7 +156,8 @@ def env_family(env_ids: Sequence[str]) -> str | None:
 
 def family_defaults(env_ids: Sequence[str], warm_start: str = "default") -> dict[str, Any]:
     """The :data:`FAMILY_DEFAULTS` of ``env_ids`` when they all belong to one family, else ``{}`` (SFTConfig's);
-    ``warm_start="weakened"`` adds the family's :data:`WEAKENED` cold start over them.
+    ``warm_start="weakened"`` (``"verbatim"``) adds the family's :data:`WEAKENED` (:data:`VERBATIM`) cold start over
+    them. Ids of one older version listed in :data:`VERSION_DEFAULTS` take those instead of the family's.
 
     ``family_defaults(["TurnRL/Sokoban-v1"])`` -> ``{"policy": "scripted:bfs", "episodes": 512}``.
     """
@@ -145,13 +165,18 @@ def family_defaults(env_ids: Sequence[str], warm_start: str = "default") -> dict
         raise InvalidArgument(f"--warm-start {warm_start!r} is not a named cold start; use one of {WARM_STARTS}.")
     family = env_family(env_ids)
     out = dict(FAMILY_DEFAULTS.get(family, {})) if family else {}
-    if warm_start == "weakened":
-        if family not in WEAKENED:
+    versioned = {env_id.rpartition("/")[2] for env_id in env_ids}
+    if len(versioned) == 1 and (name := versioned.pop()) in VERSION_DEFAULTS:
+        out = dict(VERSION_DEFAULTS[name])
+    presets = {"weakened": WEAKENED, "verbatim": VERBATIM}
+    if warm_start in presets:
+        preset = presets[warm_start]
+        if family not in preset:
             raise InvalidArgument(
-                f"--warm-start weakened is defined for {sorted(WEAKENED)} (one family at a time), not {list(env_ids)}; "
-                "give the mixture with --policy instead."
+                f"--warm-start {warm_start} is defined for {sorted(preset)} (one family at a time), not "
+                f"{list(env_ids)}; give the mixture with --policy instead."
             )
-        out.update(WEAKENED[family])
+        out.update(preset[family])
     return out
 
 
@@ -180,6 +205,29 @@ def parse_policy_mix(spec: str) -> tuple[list[str], list[float]]:
     return names, weights
 
 
+def check_policy_mix(env_ids: Sequence[str], spec: str, flag: str, skip: str) -> None:
+    """Every env of ``env_ids`` has each scripted policy of the mixture ``spec`` (a cold start fails here, before a
+    model loads, not at its first episode; ``trainers.rl``'s folded-in cold start). ``flag`` and ``skip``: the CLI's
+    way to pick policies and to go without.
+    An env registered with a factory function instead of a class is checked when it plays."""
+    from agentgym_turn.registration import env_class
+
+    names, _ = parse_policy_mix(spec)
+    for env_id in env_ids:
+        cls = env_class(env_id)
+        if not isinstance(cls, type):
+            continue
+        have = getattr(cls, "scripted_policies", None) or {}
+        missing = [name for name in names if name not in have]
+        if missing:
+            raise InvalidArgument(
+                f"the cold start imitates scripted:{missing[0]} on {env_id}, but {cls.__name__} has no scripted policy "
+                f"{missing[0]!r} (it has {sorted(have) or 'none'}). Give the env class scripted_policies = "
+                f"{{{missing[0]!r}: policy}} (a function (env, rng) -> the turn's text; agentgym_turn.policies), pick "
+                f"its policies with {flag} scripted:NAME, or go without a cold start: {skip}."
+            )
+
+
 @dataclass
 class SFTConfig:
     """Every knob of a cold-start run."""
@@ -193,7 +241,8 @@ class SFTConfig:
     )
     warm_start: str = arg(
         "default",
-        "named cold start: default (the family's, robust across seeds) or weakened (the papers' comparisons' "
+        "named cold start: default (the family's, robust across seeds), verbatim (WikiTwoTurn: search the question "
+        "verbatim, the default up to v1) or weakened (the papers' comparisons' "
         "deliberately imperfect one, e.g. WikiTwoTurn 30%% tool use); flags given win",
         choices=WARM_STARTS,
     )

@@ -196,6 +196,9 @@ class TauSpeechEnv(TauEnv):
       gold actions), so its spoken turns changed with it; and its judge contract: raw per-turn ``judge`` scores as
       late turn rewards, ``task = R`` with or without a judge (v0: ``10 R``, ``judge_major``, ``judge_minor``,
       scaled a second time by the trainer).
+    * Every id, no version bump: the episode metrics moved from ``info["episode"]`` to ``info["episode_metrics"]``
+      (:data:`agentgym_turn.core.EPISODE_METRICS_KEY`), so Gymnasium's ``RecordEpisodeStatistics`` can add its
+      own ``info["episode"]``; rewards, tasks and the metrics themselves are unchanged.
     """
 
     shared_attributes: ClassVar[tuple[str, ...]] = (*TauEnv.shared_attributes, "_voice", "_recognizer")

@@ -207,6 +207,9 @@ class TauEnv(TurnEnv):
       ``tarl_ppo_turn`` puts ``5 s_i / T`` (``-5`` for the −1 turn) on turn ``i``'s last token and ``10 R`` on the
       last one (003 eq. 4). A failed judge pays the worst outcome (``task`` 0, −1 on the last turn); v0 kept
       ``10 R`` and left the judge components out, so a failure paid more than a judged −1.
+    * Every id, no version bump: the episode metrics moved from ``info["episode"]`` to ``info["episode_metrics"]``
+      (:data:`agentgym_turn.core.EPISODE_METRICS_KEY`), so Gymnasium's ``RecordEpisodeStatistics`` can add its
+      own ``info["episode"]``; rewards, tasks and the metrics themselves are unchanged.
     """
 
     reward_levels: ClassVar[dict[str, RewardLevel]] = {"task": "outcome", "judge": "turn"}

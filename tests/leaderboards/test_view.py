@@ -56,6 +56,7 @@ def runs(tmp_path_factory):
     from leaderboards.families import EpisodeResult
     from trainers.credit import CreditConfig, get_strategy, response_mask
     from trainers.engines import stop_token_ids
+    from trainers.instruments import advantage_difference, turn_signal
     from trainers.loggers import RunRecorder, make_loggers, read_trace, write_trace
     from trainers.metrics import episode_summary
     from trainers.rollout import decode
@@ -72,7 +73,8 @@ def runs(tmp_path_factory):
         for step in (1, 2, 3):
             episodes = _play(tok, tasks=2, group=3, seed=step)  # the same tasks for both strategies
             credit = get_strategy(strategy)(episodes, None, CreditConfig())
-            rec.log({"step": step, **episode_summary(episodes, stop_token_ids(tok))})
+            signal = {**turn_signal(episodes), **advantage_difference(episodes, credit, CreditConfig())}
+            rec.log({"step": step, **episode_summary(episodes, stop_token_ids(tok)), **signal})
             rec.record_step(step, episodes, credit)
         rec.close()
     run = root / "grpo_or"
@@ -153,6 +155,9 @@ def test_page_is_self_contained_bounded_and_escapes_agent_text(page, runs):
     assert all(e["turns"][0]["adv"] is None and e["turns"][0]["text"] for e in finals)
     assert any(len(e["turns"]) == 2 and "<result>" in e["turns"][0]["env"] for e in finals)  # split per turn
     assert view.NO_ADVANTAGE_NOTE[:60] in text
+    charts = re.findall(r'<svg class="curve" data-key="([^"]+)"', text)  # the credit instruments follow the curves
+    assert charts[-2:] == ["credit/adv_differs_from_grpo_or", "credit/turn_varying_episodes"]
+    assert "credit/turn1_reward_varies" in charts and "credit/turn1_distinct_actions" in charts
     view.main([str(runs), "--out", str(page.with_name("small.html")), "--max-steps", "1", "--episodes-per-step", "2"])
     small = json.loads(re.search(r'id="data">(.*?)</script>', page.with_name("small.html").read_text(), re.S)[1])
     assert sorted({e["step"] for e in small["episodes"] if e["kind"] == "train"}) == [3]

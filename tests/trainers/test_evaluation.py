@@ -46,7 +46,7 @@ def test_held_out_kwargs_take_the_family_split_and_overrides():
     wiki = FAMILIES["wiki_two_turn"].env_ids[0]
     assert held_out_kwargs(wiki) == {"split": "validation"}
     assert held_out_kwargs(f"agentgym_turn:{wiki}", {"top_k": 2}) == {"split": "validation", "top_k": 2}
-    assert held_out_kwargs("TurnRL/Sokoban-v1") == {}
+    assert held_out_kwargs("TurnRL/Sokoban-v1") == {"split": "test"}  # a no-op there: v1 draws rooms by seed alone
     assert held_out_kwargs("TurnRLTest/Unknown-v0", {"a": 1}) == {"a": 1}
     with pytest.raises(ValueError, match="no leaderboard family"):
         held_out_kwargs("TurnRLTest/Unknown-v0")

@@ -18,7 +18,7 @@ from agentgym_turn.error import DataNotFound, InvalidArgument
 from tests.trainers import toy_env
 from tests.trainers.conftest import tiny_llama
 from trainers.checkpoint import ENGINE_WEIGHTS, drop_training_state, policy_folder
-from trainers.config import parse_config
+from trainers.config import from_flat, parse_config
 from trainers.rl import RLConfig, train
 
 torch = pytest.importorskip("torch")
@@ -48,7 +48,7 @@ def _cfg(tmp_path, model_dir, **kw) -> RLConfig:
         engine="transformers",  # a tiny model with 8-wide heads, which vLLM's CPU attention does not take
     )
     base.update(kw)
-    return RLConfig(**base)
+    return from_flat(RLConfig, base)  # flat names, as the CLI's: loss_mask=False sets credit_cfg.use_loss_mask
 
 
 def _weights(path: str) -> dict:
@@ -79,6 +79,10 @@ def test_tiny_training_run_moves_weights_and_losses_are_finite(tmp_path, tiny_mo
     assert ("losses/value" in losses) == (strategy in ("mt_ppo", "turn_ppo"))
     assert ("losses/kl" in losses) == (extra["kl_coef"] > 0)
     assert all(math.isfinite(v) for r in rows for v in r.values())
+    for r in rows:  # the credit signal's instruments, every step, every strategy (trainers.instruments)
+        assert 0.0 <= r["credit/turn1_reward_varies"] <= 1.0 and r["credit/turn1_groups"] >= 1
+        assert 0.0 < r["credit/turn1_distinct_actions"] <= 1.0
+        assert 0.0 <= r["credit/adv_differs_from_grpo_or"] <= 1.0
     assert "reward/tool" in last and "reward/exact_match" in last and last["rollout/policy_tokens"] > 0
     assert (tmp_path / "run" / "rewards.png").stat().st_size > 1000
     before, after = _weights(tiny_model_dir), _weights(str(tmp_path / "run" / "checkpoint-000002" / "policy"))
@@ -242,7 +246,7 @@ def test_minibatch_loss_and_grads_do_not_depend_on_packing(tmp_path, tiny_model_
             p.normal_()
     rng = np.random.default_rng(1)
     values = [rng.normal(size=len(e.token_ids) + 1) for e in eps]
-    credit = get_strategy("mt_ppo")(eps, values, cfg.credit_config())
+    credit = get_strategy("mt_ppo")(eps, values, cfg.credit_cfg)
     rng_old = np.random.default_rng(2)
     old = {i: e.logprobs - rng_old.uniform(0.0, 0.4, size=len(e.logprobs)) for i, e in enumerate(eps)}
     segments = None if ratio_level == "token" else [ratio_segments(e, ratio_level) for e in eps]
@@ -255,7 +259,7 @@ def test_minibatch_loss_and_grads_do_not_depend_on_packing(tmp_path, tiny_model_
         packs = M.pack_episodes(eps, range(6), pack_tokens)
         model.zero_grad(), critic.zero_grad()
         logs, _ = policy_minibatch(model, packs, old, credit, ref, cfg, segments=segments)
-        vloss = critic_minibatch(critic, packs, values, credit, cfg)
+        vloss = critic_minibatch(critic, packs, values, credit, value_clip=cfg.value_clip, autocast=cfg.autocast)
         grads = [p.grad.clone() for p in [*model.parameters(), *critic.parameters()] if p.grad is not None]
         results.append((len(packs), logs, vloss, grads))
     assert [r[0] for r in results] == [6, results[1][0], 1] and 1 < results[1][0] < 6
@@ -292,12 +296,12 @@ def test_prepass_logprobs_equal_the_update_forward(tiny_model_dir, tmp_path):
     model = tiny_llama(97)
     for bf16 in (False, True):
         cfg = _cfg(tmp_path, tiny_model_dir, strategy="grpo_mr", loss_mask=False, kl_coef=0.0, bf16=bf16)
-        credit = get_strategy("grpo_mr")(eps, None, cfg.credit_config())
+        credit = get_strategy("grpo_mr")(eps, None, cfg.credit_cfg)
         packs = M.pack_episodes(eps, range(4), 30)
         old = {}
         with torch.no_grad(), M.autocast(bf16):
             for pack in packs:
-                positions = pack.gather([loss_mask(e, cfg.credit_config()) for e in eps])
+                positions = pack.gather([loss_mask(e, cfg.credit_cfg) for e in eps])
                 old.update(pack.split(M.pack_logprobs(model, pack, positions=positions).logprobs))
         logs, computed = policy_minibatch(model, packs, old, credit, {}, cfg)
         assert logs["losses/ratio_max_dev"] == 0.0
@@ -315,10 +319,10 @@ def test_truncated_episodes_do_not_bootstrap_by_default(tmp_path, tiny_model_dir
     values[1][-1] = 7.0
     last = np.flatnonzero(eps[1].loss_mask)[-1]
     default = _cfg(tmp_path, tiny_model_dir)
-    out = get_strategy("mt_ppo")(eps, values, default.credit_config())
+    out = get_strategy("mt_ppo")(eps, values, default.credit_cfg)
     assert out.returns[1][last] == pytest.approx(out.token_rewards[1][last])  # gamma = lambda = 1: R, no V
     opted = _cfg(tmp_path, tiny_model_dir, bootstrap_truncated=True)
-    out = get_strategy("mt_ppo")(eps, values, opted.credit_config())
+    out = get_strategy("mt_ppo")(eps, values, opted.credit_cfg)
     assert out.returns[1][last] == pytest.approx(out.token_rewards[1][last] + 7.0)
 
 
@@ -347,5 +351,7 @@ def test_dynamic_sampling_refills_the_batch_with_informative_groups(tmp_path, ti
     assert 1 <= rounds <= 3 and trained <= cfg.tasks_per_step
     assert dropped + trained <= rounds * cfg.tasks_per_step  # every sampled group is either dropped or a candidate
     assert trained == cfg.tasks_per_step or rounds == 3  # it stops early only with a full batch
+    # the instruments count every sampled group, the dropped ones included
+    assert row["credit/turn1_groups"] == rounds * cfg.tasks_per_step
     with pytest.raises(InvalidArgument, match="--dynamic-sampling"):
         _cfg(tmp_path, tiny_model_dir, strategy="mt_ppo", dynamic_sampling=True)

@@ -37,6 +37,16 @@ def test_family_defaults_apply_per_env_family_and_flags_win():
         assert (cfg.policy, cfg.episodes, cfg.epochs, cfg.batch_episodes, cfg.max_context) == base
 
 
+def test_wiki_v2_defaults_to_the_explore_cold_start_and_v1_replays_the_reference():
+    assert parse_sft_config(["--env", "TurnRL/WikiTwoTurn-v2"]).policy == "scripted:explore"
+    assert parse_sft_config(["--env", "TurnRL/WikiTwoTurn-v1"]).policy == "scripted:reference"  # as it ran
+    assert parse_sft_config(["--env", "TurnRL/WikiTwoTurn-v0"]).policy == "scripted:reference"
+    verbatim = parse_sft_config(["--env", "TurnRL/WikiTwoTurn-v2", "--warm-start", "verbatim"])
+    assert verbatim.policy == "scripted:reference"  # the old default, by name
+    with pytest.raises(InvalidArgument, match="verbatim is defined for"):
+        parse_sft_config(["--env", "TurnRL/Sokoban-v1", "--warm-start", "verbatim"])
+
+
 def test_wiki_default_imitates_the_reference_alone_and_weakened_is_a_named_option():
     assert SFTConfig.policy == "scripted:reference"  # one answer at the deciding token (issue 26)
     weak = parse_sft_config(["--warm-start", "weakened"])
@@ -68,8 +78,10 @@ def test_family_default_policies_exist_in_their_envs(family):
     import gymnasium as gym
 
     from agentgym_turn.policies import get_scripted_policy
+    from agentgym_turn.registration import ENV_SPECS
 
-    env = gym.make(f"TurnRL/{family}-v1")
+    newest = max((i for i in ENV_SPECS if i.startswith(f"TurnRL/{family}-v")), key=lambda i: int(i.rpartition("v")[2]))
+    env = gym.make(newest)
     for name in parse_policy_mix(FAMILY_DEFAULTS[family]["policy"])[0]:
         assert callable(get_scripted_policy(env, name))
     env.close()

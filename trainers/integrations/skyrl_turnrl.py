@@ -51,7 +51,7 @@ from typing import Any
 import gymnasium as gym
 
 import agentgym_turn
-from agentgym_turn.core import Message, with_late_components
+from agentgym_turn.core import EPISODE_METRICS_KEY, Message, with_late_components
 from agentgym_turn.error import DependencyNotInstalled, InvalidArgument
 from trainers.integrations.turn_records import RECORD_KEY, TurnRecord
 
@@ -156,7 +156,7 @@ class TurnRLTextEnv(BaseTextEnv):
         if "late_reward_components" in info:
             self._late = [dict(t) for t in info["late_reward_components"]]
         self._terminated, self._truncated = bool(terminated), bool(truncated)
-        metadata = {k: info[k] for k in ("late_reward_components", "state_key", "episode") if k in info}
+        metadata = {k: info[k] for k in ("late_reward_components", "state_key", EPISODE_METRICS_KEY) if k in info}
         metadata.update(turn=self.turns, reward_components=dict(info["reward_components"]))
         metadata.update(terminated=self._terminated, truncated=self._truncated)
         return BaseTextEnvStepOutput(

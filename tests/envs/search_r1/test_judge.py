@@ -102,7 +102,7 @@ def test_judge_rewards_each_turn(judge_server, table_retriever):
     ]
     assert [s[4]["verifiable_components"] for s in steps][2] == {"outcome": 1.0}  # reported alongside
     assert not any(s[4]["judge_failed"] for s in steps)
-    ep = steps[-1][4]["episode"]
+    ep = steps[-1][4]["episode_metrics"]
     assert ep["env/judge_outcome"] == 1.0 and ep["env/judge_failures"] == 0.0
     sent = [r["messages"][0]["content"] for r in judge_server.requests]
     assert len(sent) == 4 and "TURNS TO EVALUATE: 1" in sent[0] and "TURNS TO EVALUATE: 3" in sent[2]
@@ -135,7 +135,7 @@ def test_judge_failure_is_reported_and_pays_the_worst_outcome(judge_server, tabl
     _, reward, *_, info = env.step(TABLE3[2])
     assert info["judge_failed"] and info["judge_outcome"].ok is False
     assert info["reward_components"] == {"judge_final": -1.0} and reward == -1.0
-    assert info["episode"]["env/judge_failures"] == 3.0 and "env/judge_outcome" not in info["episode"]
+    assert info["episode_metrics"]["env/judge_failures"] == 3.0 and "env/judge_outcome" not in info["episode_metrics"]
 
 
 def test_judge_failure_can_raise(judge_server, table_retriever):

@@ -125,7 +125,7 @@ def test_turn_budget_ends_and_scores_the_episode() -> None:
         messages, reward, terminated, truncated, info = env.step(call("get_order_details", order_id="#W2378156"))
         assert terminated == (i == 2) and not truncated
     assert info["end_reason"] == "max_turns" and reward == 0.0 and messages == []
-    assert info["episode"]["env/turns"] == 3.0
+    assert info["episode_metrics"]["env/turns"] == 3.0
 
 
 def test_two_envs_never_see_each_others_writes() -> None:

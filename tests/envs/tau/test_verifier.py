@@ -16,7 +16,7 @@ def do_nothing_successes(domain: str, split: str, output_check: bool) -> tuple[i
         env.reset(seed=0, options={"task": {"id": task["id"]}})
         _, _, terminated, _, info = env.step(no_tools_policy(env, None))  # type: ignore[arg-type]
         assert terminated and info["end_reason"] == "user_stop"
-        wins += int(info["episode"]["env/success"])
+        wins += int(info["episode_metrics"]["env/success"])
     env.close()
     return wins, len(env._tasks)
 
