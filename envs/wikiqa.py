@@ -491,21 +491,24 @@ def relation_to(text: str, name: str) -> str | None:
     return rel
 
 
-def _bridge_roles(a: Document, mentioned: Sequence[str], types: dict[str, str | None]) -> Iterator[tuple[str, str]]:
-    """``(title of B, how a question names B through A)`` for the entities A's lead mentions."""
-    counts = Counter(types[t] for t in mentioned)
-    a_name = subject_name(a.title, a.text)
+def bridge_roles(
+    a: Document, a_name: str, mentioned: Sequence[str], types: Mapping[str, str | None], *, by_type: bool = False
+) -> Iterator[tuple[str, str]]:
+    """``(title of B, how a question names B through A)`` for the entities A's lead mentions, A being called
+    ``a_name`` (its own name, or its role through an earlier article): a person by the relation the lead states,
+    a capital, the one country A lies in; ``by_type``: also an entity that is the only one of its type A mentions."""
+    counts = Counter(types.get(t) for t in mentioned)
     for b in mentioned:
         rel = relation_to(a.text, b)
         if rel is not None:
             yield b, f"the person who {rel} {a_name}"
         elif re.search(r"\b(?:[Ii]ts|the) capital(?: and (?:largest|most populous) city)? is " + re.escape(b), a.text):
             yield b, f"the capital of {a_name}"
-        elif types[b] == "country" and re.search(r"\b(?:located |situated )?in (?:the )?" + re.escape(b), a.text):
+        elif types.get(b) == "country" and re.search(r"\b(?:located |situated )?in (?:the )?" + re.escape(b), a.text):
             if counts["country"] == 1:
                 yield b, f"the country where {a_name} is located"
-        elif types[b] and counts[types[b]] == 1:
-            yield b, f"the {types[b]} mentioned in the Wikipedia lead of {a_name}"
+        elif by_type and types.get(b) and counts[types.get(b)] == 1:
+            yield b, f"the {types[b]} mentioned in the Wikipedia article on {a_name}"
 
 
 #: Fact kinds that read well about a bridge entity (the others name it in a way that gives the question away).
@@ -529,7 +532,7 @@ def two_hop_questions(
     out = []
     for a in docs:
         made = 0
-        for b, role in _bridge_roles(a, mentions(a, first_word), types):
+        for b, role in bridge_roles(a, subject_name(a.title, a.text), mentions(a, first_word), types):
             bdoc = by_title[b]
             for i, f in enumerate(bridge_facts[b]):
                 if f.kind == "location" and role.startswith("the country where"):

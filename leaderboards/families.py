@@ -40,7 +40,7 @@ class Column:
     Attributes:
         key: the metric's name in a result row (``metrics[key]``), e.g. ``"exact_match"`` or ``"pass^2"``.
         label: the table header, with the paper's value range when it gives one.
-        source: the episode metric it is computed from (``info["episode"]`` key), e.g. ``"reward/exact_match"``.
+        source: the episode metric it is computed from (``info["episode_metrics"]`` key), e.g. ``"reward/exact_match"``.
         kind: ``"mean"`` (mean over tasks of the per-task mean over trials) or ``"pass_k"`` (pass^k, 0/1 source).
         k: the k of pass^k.
         scale: the table shows ``value * scale`` (τ-bench reports percentages).
@@ -128,7 +128,7 @@ FAMILIES: dict[str, Family] = {
         name="wiki_two_turn",
         title="WikiTwoTurn (MT-GRPO)",
         paper="000_… Table 2: mean reward components on the validation set",
-        env_ids=_every_version("TurnRL/WikiTwoTurn-v1"),
+        env_ids=_every_version("TurnRL/WikiTwoTurn-v2"),
         columns=(
             Column("tool_execution", "Tool Execution (0-0.2)", "reward/tool_execution"),
             Column("search_answer", "Search Answer (0-0.5)", "reward/search_answer"),
@@ -137,7 +137,7 @@ FAMILIES: dict[str, Family] = {
         ),
         max_turns=2,
         max_new_tokens=128,
-        env_kwargs=held_out_kwargs("TurnRL/WikiTwoTurn-v1"),
+        env_kwargs=held_out_kwargs("TurnRL/WikiTwoTurn-v2"),
         notes="Reported rows: Qwen2.5-7B on TriviaQA with pyserini Wikipedia search, after 300 GRPO steps. Our rows: "
         "the offline `facts-v1` questions of the bundled ~10k-article corpus (BM25 top-1), validation split; "
         "`scripted:reference` answers whenever its verbatim search returns the answer (the task's search-answer "
@@ -149,7 +149,7 @@ FAMILIES: dict[str, Family] = {
         name="search_r1",
         title="SearchR1 (MT-PPO)",
         paper="001_… Table 2: answer (exact match), format and retrieval correctness per dataset",
-        env_ids=_every_version("TurnRL/SearchR1-v1"),
+        env_ids=_every_version("TurnRL/SearchR1-v2"),
         columns=(
             Column("answer", "Answer Correctness (EM)", "env/answer_correct"),
             Column("format", "Format Correctness", "env/format_correct"),
@@ -157,7 +157,7 @@ FAMILIES: dict[str, Family] = {
         ),
         max_turns=4,
         max_new_tokens=128,
-        env_kwargs=held_out_kwargs("TurnRL/SearchR1-v1"),
+        env_kwargs=held_out_kwargs("TurnRL/SearchR1-v2"),
         group_by=("dataset",),
         notes="Reported rows: Qwen2.5-7B, E5 retriever over the 2018 Wikipedia dump, 3 passages, 4 turns (the paper's "
         "Table 2 gives no retrieval row). Our rows: the offline `facts-v1` 1/2-hop questions (`dataset=wiki`, 25% "
@@ -171,14 +171,14 @@ FAMILIES: dict[str, Family] = {
         name="sokoban",
         title="Sokoban (MT-PPO, App. E)",
         paper="001_… Table 5: success rate and effective action rate",
-        env_ids=_every_version("TurnRL/Sokoban-v1"),
+        env_ids=_every_version("TurnRL/Sokoban-v2"),
         columns=(
             Column("success", "Success Rate", "env/success"),
             Column("effective_action_rate", "Effective Action Rate", "env/effective_action_rate"),
         ),
         max_turns=3,
         max_new_tokens=128,
-        env_kwargs=held_out_kwargs("TurnRL/Sokoban-v1"),
+        env_kwargs=held_out_kwargs("TurnRL/Sokoban-v2"),
         notes="Reported rows: Qwen2.5-VL-3B at RL step 300, 6x6 rooms with one box, 3 turns of up to 3 actions. "
         "Ours: the same room setting (text observation). Effective action rate as Fig. 7 defines it from v1 on: a push "
         "that moves a box, and the steps of the shortest walk to the cell it was pushed from (see the env docstring); "
@@ -218,6 +218,20 @@ FAMILIES: dict[str, Family] = {
         max_turns=3,
         max_new_tokens=256,
         env_kwargs=held_out_kwargs("TurnRL/Arithmetic-v0"),
+    ),
+    "credit_chain": Family(
+        name="credit_chain",
+        title="CreditChain (turn-level credit diagnostic)",
+        paper="no paper table: bsuite's umbrella_length experiment in text (a pick paid off after noisy turns)",
+        env_ids=_every_version("TurnRL/CreditChain-v0"),
+        columns=(
+            Column("success", "Right pick", "env/success"),
+            Column("choice_valid", "Valid pick", "env/choice_valid"),
+        ),
+        max_turns=100,
+        max_new_tokens=32,
+        env_kwargs=held_out_kwargs("TurnRL/CreditChain-v0"),
+        notes="Held-out clue words (split test, 48 tasks). Scripted: oracle 1.0, random_choice and first_option 0.5.",
     ),
     "speech": Family(
         name="speech",

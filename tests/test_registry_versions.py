@@ -53,8 +53,11 @@ def first_turn(env: gym.Env, **options) -> None:
 def test_every_env_has_all_its_versions_and_v0_ids_exist():
     assert set(OLD_IDS) == {
         "TurnRL/WikiTwoTurn-v0",
+        "TurnRL/WikiTwoTurn-v1",
         "TurnRL/SearchR1-v0",
+        "TurnRL/SearchR1-v1",
         "TurnRL/Sokoban-v0",
+        "TurnRL/Sokoban-v1",
         "TurnRL/TauRetail-v0",
         "TurnRL/TauAirline-v0",
         "TurnRL/TauRetailSpeech-v0",
@@ -90,7 +93,8 @@ def test_every_id_makes_resets_and_plays_a_scripted_turn(env_id):
 def test_an_old_id_warns_with_the_newer_id_what_changed_and_its_kwargs(env_id):
     message = deprecation_message(env_id)
     newest = versions(env_id)[0]
-    assert message.startswith(f"{env_id} is out of date: v1") and f"use {newest}" in message
+    next_version = int(env_id.rsplit("-v", 1)[1]) + 1  # the message starts with what the next version changed
+    assert message.startswith(f"{env_id} is out of date: v{next_version}") and f"use {newest}" in message
     for key, value in ENV_SPECS[env_id].kwargs.items():
         if ENV_SPECS[newest].kwargs.get(key) != value:
             assert f"{key}={value!r}" in message  # how to get the same env under the newer id
@@ -126,7 +130,7 @@ def test_the_registry_example_runs_as_written():
 
 def test_unknown_ids_still_fail_with_gymnasiums_hint():
     with pytest.raises(gym.error.VersionNotFound, match="v1"):
-        gym.make("TurnRL/Sokoban-v2")
+        gym.make("TurnRL/Sokoban-v3")
     with pytest.raises(InvalidArgument, match="not a TurnRL id"):
         versions("TurnRL/Nope-v0")
 
@@ -148,6 +152,20 @@ def test_wiki_two_turn_v0_pays_a_python_literal_call_and_asks_lead_v0_questions(
     assert [t["id"] for t in env.unwrapped.tasks] == [t["id"] for t in lead]
 
 
+def test_wiki_two_turn_v1_keeps_its_held_out_questions_and_v2_cleans_them():
+    from envs.wiki_two_turn.questions import CLEAN_SET, FACTS_SET, wiki_questions
+
+    ids = {}
+    for env_id in ("TurnRL/WikiTwoTurn-v1", "TurnRL/WikiTwoTurn-v2"):
+        env, _ = make(env_id, split="validation")
+        ids[env_id] = [t["id"] for t in env.unwrapped.tasks]
+    assert ids["TurnRL/WikiTwoTurn-v1"] == [t["id"] for t in wiki_questions("validation", question_set=FACTS_SET)]
+    assert ids["TurnRL/WikiTwoTurn-v2"] == [t["id"] for t in wiki_questions("validation", question_set=CLEAN_SET)]
+    assert len(ids["TurnRL/WikiTwoTurn-v1"]) == 671 and len(ids["TurnRL/WikiTwoTurn-v2"]) == 251
+    train = {t["id"] for v in ("v1", "v2") for t in make(f"TurnRL/WikiTwoTurn-{v}")[0].unwrapped.tasks}
+    assert len(train) == len(wiki_questions("train", question_set=FACTS_SET))  # the same training questions
+
+
 class BrokenJudge:
     """A chat model whose replies never hold a score, so every judge call fails."""
 
@@ -160,7 +178,7 @@ class BrokenJudge:
 def test_search_r1_v0_matches_substrings_of_the_information_block_and_leaves_a_failed_judge_out():
     task = {"question": "Is it?", "answers": ["no"]}  # "no" is in "No passages found." of an empty search
     retrieval, judged = {}, {}
-    for env_id in ("TurnRL/SearchR1-v0", "TurnRL/SearchR1-v1"):
+    for env_id in ("TurnRL/SearchR1-v0", "TurnRL/SearchR1-v2"):
         env, _ = make(env_id, tasks=[task])
         first_turn(env)
         retrieval[env_id] = env.step("<think>t</think><search></search>")[-1]["reward_components"]["retrieval"]
@@ -169,9 +187,28 @@ def test_search_r1_v0_matches_substrings_of_the_information_block_and_leaves_a_f
         info = env.step("<think>t</think><search>Casablanca</search>")[-1]
         assert info["judge_failed"]
         judged[env_id] = info["reward_components"]
-    assert retrieval == {"TurnRL/SearchR1-v0": 0.3, "TurnRL/SearchR1-v1": 0.0}
-    assert judged == {"TurnRL/SearchR1-v0": {}, "TurnRL/SearchR1-v1": {"judge_turn": -1.0}}
+    assert retrieval == {"TurnRL/SearchR1-v0": 0.3, "TurnRL/SearchR1-v2": 0.0}
+    assert judged == {"TurnRL/SearchR1-v0": {}, "TurnRL/SearchR1-v2": {"judge_turn": -1.0}}
     assert make("TurnRL/SearchR1-v0", tasks=[task])[0].unwrapped.max_information_tokens is None
+
+
+def test_search_r1_v1_keeps_its_held_out_questions_and_v2_makes_them_disjoint_from_train():
+    from envs.search_r1.data import normalized_answers, normalized_question, wiki_search_questions
+
+    tasks = {}
+    for env_id in ("TurnRL/SearchR1-v1", "TurnRL/SearchR1-v2"):
+        env, _ = make(env_id, **registration.held_out_kwargs(env_id))
+        tasks[env_id] = env.unwrapped.tasks
+    retriever = env.unwrapped.retriever
+    v1 = wiki_search_questions(retriever, "test", question_set="facts-v1")
+    assert [t["id"] for t in tasks["TurnRL/SearchR1-v1"]] == [t["id"] for t in v1]
+    assert (len(tasks["TurnRL/SearchR1-v1"]), len(tasks["TurnRL/SearchR1-v2"])) == (504, 224)
+    train = make("TurnRL/SearchR1-v2")[0].unwrapped.tasks
+    assert len(train) == len(wiki_search_questions(retriever, "train", question_set="facts-v1"))  # train unchanged
+    seen_answers = set().union(*(normalized_answers(t) for t in train))
+    held_out = tasks["TurnRL/SearchR1-v2"]
+    assert not any(normalized_answers(t) & seen_answers for t in held_out)
+    assert len({normalized_question(t) for t in held_out}) == len(held_out)
 
 
 def test_sokoban_v0_counts_every_state_change_as_effective():
@@ -181,9 +218,26 @@ def test_sokoban_v0_counts_every_state_change_as_effective():
         env, _ = make(env_id)
         first_turn(env, task=room)
         env.step("<think>detour</think><answer>Left || Right || Right</answer>")
-        episode = env.step("<think>push</think><answer>Right</answer>")[-1]["episode"]
+        episode = env.step("<think>push</think><answer>Right</answer>")[-1]["episode_metrics"]
         rates[env_id] = (episode["env/effective_action_rate"], episode["env/effective_actions"])
     assert rates == {"TurnRL/Sokoban-v0": (1.0, 4.0), "TurnRL/Sokoban-v1": (0.5, 2.0)}
+
+
+def test_sokoban_v1_draws_6x6_rooms_by_seed_alone_and_v2_keeps_held_out_layouts_apart():
+    from envs.sokoban.rooms import layout_split
+
+    tasks = {}
+    for env_id in ("TurnRL/Sokoban-v0", "TurnRL/Sokoban-v1", "TurnRL/Sokoban-v2"):
+        for split in ("train", "test"):
+            env, _ = make(env_id, split=split)
+            env.reset(seed=0)
+            tasks[env_id, split] = env.unwrapped.task
+    v1_room = ["######", "#___O#", "#PX__#", "##__##", "######", "######"]  # seed 0's room since v0
+    for env_id in ("TurnRL/Sokoban-v0", "TurnRL/Sokoban-v1"):
+        assert tasks[env_id, "train"]["room"] == tasks[env_id, "test"]["room"] == v1_room
+    assert len(tasks["TurnRL/Sokoban-v2", "train"]["room"]) == 7
+    assert [layout_split(tasks["TurnRL/Sokoban-v2", s]["layout_key"]) for s in ("train", "test")] == ["train", "test"]
+    assert {held_out_kwargs(i)["split"] for i in versions("TurnRL/Sokoban-v2")} == {"test"}
 
 
 @pytest.mark.parametrize("name", ["TauRetail", "TauAirline"])

@@ -60,7 +60,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentgym_turn.answers import contains_answer
+from agentgym_turn.answers import contains_answer, normalize_squad
 from agentgym_turn.corpus import Document, corpus_fingerprint, load_wiki_summaries
 from agentgym_turn.error import DataNotFound, InvalidArgument, InvalidTask, require
 from agentgym_turn.paths import cache_dir
@@ -243,6 +243,41 @@ def validate_questions(
     return kept
 
 
+def normalized_question(task: Mapping[str, Any]) -> str:
+    """A task's question as the held-out checks compare it (SQuAD normalisation: case, punctuation, articles)."""
+    return normalize_squad(task["question"])
+
+
+def normalized_answers(task: Mapping[str, Any]) -> set[str]:
+    """A task's gold answers (aliases included) as the held-out checks compare them (SQuAD normalisation)."""
+    return {a for a in map(normalize_squad, task["answers"]) if a}
+
+
+def disjoint_splits(by_split: Mapping[str, Sequence[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """The splits made clean by content: no two tasks of a split share a normalised question (the first is kept),
+    and no held-out (validation, test) task shares its normalised question or any normalised gold answer with a
+    train task. Train is kept as it is (deduplicated).
+
+    The held-out tasks dropped are the ones a policy could answer from training alone: ``facts-v1``'s test split
+    drops 280 of its 504 questions this way, all for an answer seen in train (``American``, ``London``, ``1968``).
+    """
+    out: dict[str, list[dict[str, Any]]] = {}
+    for split, tasks in by_split.items():
+        seen: set[str] = set()
+        out[split] = [t for t in tasks if not ((q := normalized_question(t)) in seen or seen.add(q))]
+    train = out.get("train", [])
+    train_questions = {normalized_question(t) for t in train}
+    train_answers = set().union(*(normalized_answers(t) for t in train))
+    for split in out:
+        if split != "train":
+            out[split] = [
+                t
+                for t in out[split]
+                if normalized_question(t) not in train_questions and not normalized_answers(t) & train_answers
+            ]
+    return out
+
+
 def wiki_search_questions(
     retriever: Retriever,
     split: str = "train",
@@ -250,11 +285,13 @@ def wiki_search_questions(
     k: int = 3,
     docs: Sequence[Document] | None = None,
     question_set: str = LEAD_SET,
+    disjoint: bool = False,
 ) -> list[dict[str, Any]]:
     """The validated offline questions (single-hop and two-hop) of ``split`` for ``retriever`` (cached on disk).
 
     ``question_set`` is one of :data:`QUESTION_SETS`: ``"lead-v0"`` (the original construction above) or
     ``"facts-v1"`` (:mod:`envs.wikiqa`), both validated by the oracle with ``retriever`` and top-``k``.
+    ``disjoint=True`` returns the splits cleaned by :func:`disjoint_splits` (SearchR1-v2's held-out sets).
     """
     if split not in SPLITS:
         raise InvalidArgument(f"split={split!r} is not one of {SPLITS}.")
@@ -274,7 +311,35 @@ def wiki_search_questions(
         by_split = {s: [] for s in SPLITS}
         for q in validate_questions(candidates, retriever, k=k):
             by_split[split_of(q["docs"][-1])].append(q)
-        tmp = path.with_suffix(f".{id(by_split)}.tmp")
-        tmp.write_text(json.dumps(by_split), encoding="utf-8")
-        tmp.replace(path)
-    return by_split[split]
+        _write_json(path, by_split)
+    return (disjoint_splits(by_split) if disjoint else by_split)[split]
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(f".{id(data)}.tmp")
+    tmp.write_text(json.dumps(data), encoding="utf-8")
+    tmp.replace(path)
+
+
+def multihop_search_questions(
+    retriever: Retriever, split: str = "train", *, hops: int = 2, k: int = 3, docs: Sequence[Document] | None = None
+) -> list[dict[str, Any]]:
+    """The validated ``hops``-hop bridge questions of ``split`` (:mod:`envs.search_r1.multihop`) for ``retriever``
+    and top-``k``, with held-out splits disjoint from train by content (cached on disk; the first build takes
+    ~30-60 s here)."""
+    from envs.search_r1 import multihop
+
+    if split not in SPLITS:
+        raise InvalidArgument(f"split={split!r} is not one of {SPLITS}.")
+    if hops not in multihop.HOPS:
+        raise InvalidArgument(f"hops={hops!r} must be one of {multihop.HOPS} (None: the single-hop facts set).")
+    docs = tuple(load_wiki_summaries() if docs is None else docs)
+    version = f"multihop|{multihop.MULTIHOP_VERSION}|{FACTS_VERSION}|{corpus_fingerprint(docs)}|{retriever.name}|{k}"
+    path = cache_dir("search_r1") / f"multihop-{hashlib.sha256(version.encode()).hexdigest()[:16]}.json"
+    if path.is_file():
+        by_hops = json.loads(path.read_text(encoding="utf-8"))
+    else:
+        built = multihop.build_multihop(docs, retriever, k=k)
+        by_hops = {str(h): multihop.split_multihop([t for t in built if t["hops"] == h]) for h in multihop.HOPS}
+        _write_json(path, by_hops)
+    return disjoint_splits(by_hops[str(hops)])[split]

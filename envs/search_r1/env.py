@@ -1,9 +1,9 @@
-"""``TurnRL/SearchR1-v1``: multi-turn search QA with turn-level rewards, the MT-PPO task (``001_…`` §5, §6.2, D).
+"""``TurnRL/SearchR1-v2``: multi-turn search QA with turn-level rewards, the MT-PPO task (``001_…`` §5, §6.2, D).
 
 Worked example (an offline two-hop question, answered like the paper's Table 3: search, search, answer)::
 
     >>> import gymnasium as gym, agentgym_turn
-    >>> env = gym.make("TurnRL/SearchR1-v1")                            # λs = 0.1, N_max = 4, top-3 passages
+    >>> env = gym.make("TurnRL/SearchR1-v2")                            # λs = 0.1, N_max = 4, top-3 passages
     >>> task = {"question": "What nationality was the actress mentioned in the Wikipedia lead of Casablanca (film)?",
     ...         "answers": ["Swedish"]}
     >>> msgs, info = env.reset(seed=0, options={"task": task})          # [system prompt, "Question: ..."]
@@ -16,7 +16,7 @@ Worked example (an offline two-hop question, answered like the paper's Table 3: 
     >>> info["reward_components"]                  # "Swedish" is in the passages; 2 searches so far
     {'retrieval': 0.3, 'format': 0.1, 'search_count': -0.2}
     >>> msgs, r, term, trunc, info = env.step("<think>She was Swedish.</think><answer>Swedish</answer>")
-    >>> r, term, info["episode"]["env/answer_correct"]
+    >>> r, term, info["episode_metrics"]["env/answer_correct"]
     (1.0, True, 1.0)
 """
 
@@ -39,6 +39,7 @@ from envs.search_r1.data import (
     coerce_task,
     load_qa_dataset,
     load_qa_file,
+    multihop_search_questions,
     wiki_search_questions,
 )
 from envs.search_r1.judge import Judge, JudgeTurn, JudgeVerdict
@@ -50,6 +51,8 @@ REWARD_MODES = ("verifiable", "judge")
 RETRIEVAL_MATCHES = ("words", "substring")
 ON_JUDGE_FAILURE = ("report", "raise")
 DEFAULT_MAX_TURNS = 4
+#: The ``hops`` of the offline bridge questions (:mod:`envs.search_r1.multihop`).
+MULTIHOP_HOPS = (2, 3)
 DEFAULT_TOP_K = 3
 MAX_QUERY_CHARS = 1000
 #: 001 D.1.3: "a maximum retrieved content length of 500 tokens".
@@ -216,25 +219,35 @@ class SearchR1Env(TurnEnv):
 
     ## Episode End
     Terminated by an answer turn or when ``max_turns`` turns are spent. Never truncated by the env. Final
-    ``info["episode"]`` (D.1.2): ``env/answer_correct`` (exact match of the final ``<answer>``),
+    ``info["episode_metrics"]`` (D.1.2): ``env/answer_correct`` (exact match of the final ``<answer>``),
     ``env/format_correct`` (every turn well formed and the episode ended with an answer), ``env/retrieval_correct``
     (a gold answer occurred in some ``<information>``), ``env/searches``, ``env/invalid_turns``, ``env/answered``;
     judge mode adds ``env/judge_outcome`` (when scored) and ``env/judge_failures``.
 
     ## Arguments
-    ``gym.make("TurnRL/SearchR1-v1", dataset="wiki", question_set="facts-v1", split="train", retriever="wiki-bm25",
-    max_turns=4, top_k=3, search_lambda=0.1, reward_mode="verifiable")``:
+    ``gym.make("TurnRL/SearchR1-v2", dataset="wiki", question_set="facts-v1", hops=None, split="train",
+    retriever="wiki-bm25", max_turns=4, top_k=3, search_lambda=0.1, reward_mode="verifiable")``:
         * ``dataset``: ``"wiki"`` (offline single- and two-hop questions validated against the retriever), one of
           ``nq``, ``triviaqa``, ``popqa``, ``hotpotqa``, ``2wikimultihopqa``, ``musique`` (FlashRAG through HF
           ``datasets``), or a path to a FlashRAG ``.jsonl`` / Search-R1 ``.parquet`` file.
         * ``question_set`` (``dataset="wiki"``): ``"facts-v1"`` (default: templated questions about facts inside the
           leads, span answers, 25% two-hop) or ``"lead-v0"`` (v0's set, answered by the first hit's title); see
           :mod:`envs.search_r1.data` for both and their measured difficulty.
+        * ``hops`` (``dataset="wiki"``): ``None`` (default: ``question_set``), or ``2`` / ``3`` for the offline bridge
+          questions of :mod:`envs.search_r1.multihop` (*What is the population of the city mentioned in the
+          Wikipedia article on Al-Jabr?*: search the article named in the question, read which entity it names,
+          search that entity, answer; three hops chain two roles). A verbatim search of the question never retrieves
+          an article past the first; ``max_turns`` defaults to ``hops + 2`` (the oracle's searches, the answer, and
+          one spare turn). Sizes (BM25 top-3): 2 hops 310 train / 80 validation / 84 test, 3 hops 255 / 62 / 64.
+        * ``disjoint_held_out`` (``dataset="wiki"``, default True): the validation and test splits hold no question
+          (SQuAD-normalised) and no gold answer (aliases included) of the train split, and no question twice
+          (:func:`~envs.search_r1.data.disjoint_splits`); ``False``: v1's splits.
         * ``split``: ``train``/``validation``/``test`` for ``wiki``; the FlashRAG split names otherwise.
         * ``tasks``: an explicit list of ``{"question", "answers", "id"?}`` instead of a dataset.
         * ``retriever``: ``"wiki-bm25"``, ``"dense"``, a Search-R1 server URL (``http://host:port/retrieve``) or a
           :class:`~agentgym_turn.retrieval.Retriever`.
-        * ``max_turns`` (N_max), ``top_k`` (passages per search), ``search_lambda`` (λs).
+        * ``max_turns`` (N_max; default 4, ``hops + 2`` with ``hops``), ``top_k`` (passages per search),
+          ``search_lambda`` (λs).
         * ``reward_mode``: ``"verifiable"`` or ``"judge"``; ``judge``: a chat-model spec for
           :func:`agentgym_turn.chat.make_chat_model` (``"http://127.0.0.1:8000/v1#MODEL"``, ``"hf:..."``) or a
           ``ChatModel``; ``judge_retries``, ``judge_max_tokens`` (reply budget), ``judge_outcome``,
@@ -253,9 +266,11 @@ class SearchR1Env(TurnEnv):
     ## Version History
     Each version's id makes it; the kwargs give the same env under the newest id:
 
-    * ``TurnRL/SearchR1-v0`` = ``gym.make("TurnRL/SearchR1-v1", question_set="lead-v0",
-      retrieval_match="substring", judge_failure_reward=None, max_information_tokens=None)`` (it warns).
-    * ``TurnRL/SearchR1-v1`` = ``gym.make("TurnRL/SearchR1-v1")``.
+    * ``TurnRL/SearchR1-v0`` = ``gym.make("TurnRL/SearchR1-v2", question_set="lead-v0",
+      retrieval_match="substring", judge_failure_reward=None, max_information_tokens=None,
+      disjoint_held_out=False)`` (it warns).
+    * ``TurnRL/SearchR1-v1`` = ``gym.make("TurnRL/SearchR1-v2", disjoint_held_out=False)`` (it warns).
+    * ``TurnRL/SearchR1-v2`` = ``gym.make("TurnRL/SearchR1-v2")``.
 
     * v0: the paper's task and rewards, with these choices where it is silent: the instructions are the system
       message and the question the user message ("Question: q"); retrieved passages are user messages; the env's
@@ -276,6 +291,13 @@ class SearchR1Env(TurnEnv):
       verbatim and copying the first hit's title scored EM 0.92 (validation, BM25 top-3), beside the paper's best
       trained 7B model at ~0.45. On ``facts-v1`` that policy scores 0.009, a verbatim search returns a passage
       containing the answer for 0.780 of the questions, and 25% of the questions are two-hop (v0: 2.5%).
+    * Every id, no version bump: the episode metrics moved from ``info["episode"]`` to ``info["episode_metrics"]``
+      (:data:`agentgym_turn.core.EPISODE_METRICS_KEY`), so Gymnasium's ``RecordEpisodeStatistics`` can add its
+      own ``info["episode"]``; rewards, tasks and the metrics themselves are unchanged.
+    * v2: issue 49's clean held-out sets. The offline validation and test splits drop every question whose
+      normalised text or any gold answer occurs in train (facts-v1 test: 504 -> 224 questions, validation 649 ->
+      316; all 280 + 333 dropped shared an answer with train, none a question; none repeated within a split); train
+      is unchanged. New ``hops=2|3``: offline bridge questions needing 2-3 searches (:mod:`envs.search_r1.multihop`).
     """
 
     reward_levels: ClassVar[dict[str, str]] = {
@@ -296,8 +318,10 @@ class SearchR1Env(TurnEnv):
         split: str = "train",
         tasks: Sequence[Mapping[str, Any]] | None = None,
         question_set: str = FACTS_SET,
+        hops: int | None = None,
+        disjoint_held_out: bool = True,
         retriever: Retriever | str | None = None,
-        max_turns: int = DEFAULT_MAX_TURNS,
+        max_turns: int | None = None,
         top_k: int = DEFAULT_TOP_K,
         search_lambda: float = R.SEARCH_LAMBDA,
         reward_mode: str = "verifiable",
@@ -315,6 +339,16 @@ class SearchR1Env(TurnEnv):
         render_mode: str | None = None,
     ) -> None:
         super().__init__(render_mode=render_mode, max_action_chars=max_action_chars)
+        if hops is not None and (isinstance(hops, bool) or hops not in MULTIHOP_HOPS):
+            raise InvalidArgument(
+                f"hops={hops!r} must be None (the single-hop facts set) or one of {MULTIHOP_HOPS} (bridge questions)."
+            )
+        if hops is not None and (tasks is not None or dataset != "wiki"):
+            raise InvalidArgument(f"hops={hops} poses the offline bridge questions: use dataset='wiki' and no tasks.")
+        self.hops = hops
+        self.disjoint_held_out = bool(disjoint_held_out)
+        if max_turns is None:
+            max_turns = DEFAULT_MAX_TURNS if hops is None else hops + 2
         if not isinstance(max_turns, int) or max_turns < 1:
             raise InvalidArgument(f"max_turns={max_turns!r} must be an int >= 1 (the paper uses 4).")
         if not isinstance(top_k, int) or top_k < 1:
@@ -384,7 +418,11 @@ class SearchR1Env(TurnEnv):
         if dataset == "wiki":
             if split not in SPLITS:
                 raise InvalidArgument(f"split={split!r} is not one of {SPLITS} for dataset='wiki'.")
-            return wiki_search_questions(self._retriever, split, k=self.top_k, question_set=question_set)
+            if self.hops is not None:
+                return multihop_search_questions(self._retriever, split, hops=self.hops, k=self.top_k)
+            return wiki_search_questions(
+                self._retriever, split, k=self.top_k, question_set=question_set, disjoint=self.disjoint_held_out
+            )
         if dataset in FLASHRAG_DATASETS:
             return load_qa_dataset(dataset, split)
         if dataset.endswith((".jsonl", ".json", ".parquet")):

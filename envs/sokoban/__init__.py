@@ -1,4 +1,4 @@
-"""TurnRL/Sokoban-v1: the extended MT-PPO paper's game task (Appendix E); see :class:`envs.sokoban.env.SokobanEnv`."""
+"""TurnRL/Sokoban-v2: the extended MT-PPO paper's game task (Appendix E); see :class:`envs.sokoban.env.SokobanEnv`."""
 
 from envs.sokoban.env import SokobanEnv
 

@@ -1,9 +1,9 @@
-"""TurnRL/Sokoban-v1: push the box onto the target in at most 3 turns of up to 3 actions (MT-PPO extended, App. E).
+"""TurnRL/Sokoban-v2: push the box onto the target in at most 3 turns of up to 3 actions (MT-PPO extended, App. E).
 
 A worked episode on a posed room (a 1 x 3 corridor: player, box, floor, target)::
 
     >>> import gymnasium as gym, agentgym_turn
-    >>> env = gym.make("TurnRL/Sokoban-v1")
+    >>> env = gym.make("TurnRL/Sokoban-v2")
     >>> messages, info = env.reset(seed=0, options={"task": {"id": "corridor", "room": ["######", "#PX_O#", "######"]}})
     >>> _, reward, terminated, _, info = env.step("<think>the box is right of me</think><answer>Right</answer>")
     >>> round(reward, 2), terminated, info["reward_components"]
@@ -11,7 +11,7 @@ A worked episode on a posed room (a 1 x 3 corridor: player, box, floor, target):
     >>> _, reward, terminated, _, info = env.step("<think>one more push</think><answer>Right || Up</answer>")
     >>> reward, terminated, info["reward_components"]
     (11.5, True, {'format': 0.5, 'box_placement': 1.0, 'step_penalty': 0.0, 'success': 10.0})
-    >>> info["episode"]["env/success"], info["episode"]["env/effective_action_rate"]
+    >>> info["episode_metrics"]["env/success"], info["episode_metrics"]["env/effective_action_rate"]
     (1.0, 1.0)
 
 Only actions that contribute to moving a box are effective (Fig. 7): walking away and back before a push counts
@@ -20,7 +20,7 @@ the two detour steps as ineffective, while every step changed the state::
     >>> _ = env.reset(seed=0, options={"task": {"id": "detour", "room": ["#######", "#_PX_O#", "#######"]}})
     >>> _, _, terminated, _, info = env.step("<think>detour</think><answer>Left || Right || Right</answer>")
     >>> _, _, terminated, _, info = env.step("<think>push</think><answer>Right</answer>")
-    >>> ep = info["episode"]
+    >>> ep = info["episode_metrics"]
     >>> ep["env/effective_actions"], ep["env/actions"], ep["env/state_changing_action_rate"]
     (2.0, 4.0, 1.0)
 """
@@ -34,7 +34,7 @@ from agentgym_turn.core import Message, RewardLevel, TurnEnv, TurnResult, state_
 from agentgym_turn.error import InvalidArgument, InvalidTask
 from agentgym_turn.policies import ScriptedPolicy
 from envs.sokoban.board import Board, Pos, apply_move, board_rows, parse_board, render_board
-from envs.sokoban.policies import bfs_policy, random_policy
+from envs.sokoban.policies import bfs_explore_policy, bfs_policy, random_policy
 from envs.sokoban.rewards import (
     ACTION_SEPARATOR,
     BOX_PLACEMENT_REWARD,
@@ -44,7 +44,7 @@ from envs.sokoban.rewards import (
     parse_turn,
     reward_turn,
 )
-from envs.sokoban.rooms import RoomConfig, find_room
+from envs.sokoban.rooms import SPLITS, RoomConfig, find_room, layout_key
 from envs.sokoban.solver import walk_distance
 
 SYSTEM_PROMPT = """You are solving a Sokoban puzzle on a grid.
@@ -62,6 +62,10 @@ Rewards: +{format_reward:g} for a well-formed turn, +{box_reward:g} for each box
 #: or ``"state-change"`` (v0: every action that changed the state).
 EFFECTIVE_ACTIONS = ("box-movement", "state-change")
 
+#: The long-horizon variant (named kwargs of v2): two boxes, 6 turns of up to 3 actions, rooms whose shortest
+#: solution needs 10 to 18 actions: ``gym.make("TurnRL/Sokoban-v2", **LONG_HORIZON_KWARGS)``.
+LONG_HORIZON_KWARGS: dict[str, Any] = {"num_boxes": 2, "max_turns": 6, "min_solution_length": 10}
+
 USER_PROMPT = """The room ({height} rows x {width} columns):
 {grid}
 Turn 1 of {max_turns}: play up to {max_actions} actions."""
@@ -71,12 +75,29 @@ class SokobanEnv(TurnEnv):
     """Sokoban as a multi-turn chat task: several moves per turn, a reward every turn.
 
     ## Description
-    The extended MT-PPO paper's game case study (Appendix E, Table 5): a 6x6 room from gym-sokoban's generator
-    (Schrader, 2018) with one box, whose shortest solution needs at least 5 actions. Pushing is irreversible, so a
+    The extended MT-PPO paper's game case study (Appendix E, Table 5): a room from gym-sokoban's generator
+    (Schrader, 2018) with one box, whose shortest solution needs at least 5 actions (the paper's rooms are 6x6;
+    v2's are 7x7, see Held-out rooms). Pushing is irreversible, so a
     wrong push can make the room unsolvable. The agent sees the room as text and plays up to 3 actions per turn for
     at most 3 turns. Rooms are drawn from seeds with ``self.np_random`` and filtered with a BFS solver by shortest
     solution length (``min_solution_length`` <= length <= ``max_solution_length``; the upper bound defaults to the
     turn budget so that every room is solvable in the episode).
+
+    **Held-out rooms** (v2): ``split="train"`` (default) and ``split="test"`` (what evaluations pose, the registry's
+    held-out kwargs) draw from disjoint room layouts. A room's layout key hashes its walls, targets and boxes under
+    the grid's 8 rotations and reflections, without the player (rooms that differ only in where the player starts
+    are one puzzle); the key alone puts it on one side (:func:`envs.sokoban.rooms.layout_split`: half of the
+    layouts each), so no training draw ever poses a held-out layout. The generator's pool decides the room size:
+    on 6x6 it is small and skewed (40,000 seeds: 13,411 rooms pass the filter, 2,976 distinct layouts, the most
+    common 81 times; 64 draws repeat a layout with probability ~0.9), so v2 poses 7x7 rooms (4,000 seeds: 1,833
+    rooms, 1,756 layouts; an evaluation's 64 held-out rooms are all different at ``--seed 12345`` and ``--seed 0``,
+    and one pair at each is the same layout mirrored or turned: draws are independent, so repeats are rare, not
+    impossible).
+    ``disjoint_held_out=False`` gives v1's draw back: both splits take every room, held out by seed alone.
+
+    **Long horizon**: ``gym.make("TurnRL/Sokoban-v2", num_boxes=2, max_turns=6, min_solution_length=10)``
+    (:data:`LONG_HORIZON_KWARGS`): two boxes, 6 turns, 10 to 18 actions to solve. On 64 held-out rooms the BFS
+    oracle and ``bfs_explore`` solve 1.0, the random policy 0.0 (``--seed 12345``).
 
     ## Observation
     ``reset``: a system message (rules, symbols, grammar, rewards) and a user message with the room, one row per
@@ -111,10 +132,11 @@ class SokobanEnv(TurnEnv):
 
     ## Episode End
     ``terminated`` when every box is on a target or the turn budget (``max_turns``) is spent. ``truncated`` is
-    never set by the env. The final ``info["episode"]`` holds ``env/success`` (1 or 0), ``env/effective_action_
-    rate`` (effective actions / actions played; 0 when none was played), ``env/actions``, ``env/effective_actions``,
-    ``env/state_changing_action_rate`` (actions that changed the state / actions played: v0's effective action
-    rate), ``env/malformed_turns``, ``env/boxes_on_target`` and, for generated rooms, ``env/min_solution_length``.
+    never set by the env. The final ``info["episode_metrics"]`` holds ``env/success`` (1 or 0),
+    ``env/effective_action_rate`` (effective actions / actions played; 0 when none was played), ``env/actions``,
+    ``env/effective_actions``, ``env/state_changing_action_rate`` (actions that changed the state / actions played:
+    v0's effective action rate), ``env/malformed_turns``, ``env/boxes_on_target`` and, for generated rooms,
+    ``env/min_solution_length``.
 
     **Effective actions** follow Fig. 7's definition, "the proportion of actions that contribute to valid box
     movement", read as: a push that moves a box is effective, and so is each step of the shortest walk that brought
@@ -129,19 +151,28 @@ class SokobanEnv(TurnEnv):
     movement here (the box moved); the paper does not exclude it.
 
     ## Arguments
-    ``gym.make("TurnRL/Sokoban-v1", dim=(6, 6), num_boxes=1, max_actions_per_turn=3, max_turns=3,
-    min_solution_length=5, max_solution_length=None, num_gen_steps=None, effective_actions="box-movement")``.
+    ``gym.make("TurnRL/Sokoban-v2", dim=(7, 7), num_boxes=1, max_actions_per_turn=3, max_turns=3,
+    min_solution_length=5, max_solution_length=None, num_gen_steps=None, effective_actions="box-movement",
+    split="train", disjoint_held_out=True)``.
     ``max_solution_length=None`` means ``max_turns * max_actions_per_turn``; ``num_gen_steps=None`` means
     gym-sokoban's ``int(1.7 * (h + w))``. ``effective_actions``: what ``env/effective_actions`` and
     ``env/effective_action_rate`` count, ``"box-movement"`` (default, Fig. 7, see Episode End) or
     ``"state-change"`` (v0's count: every action that changed the state); nothing else depends on it.
-    ``reset(options={"task": {"id": ..., "room": [row, ...]}})`` poses a specific room (the symbols above).
+    ``split``: ``"train"`` or ``"test"`` (the held-out rooms); ``disjoint_held_out``: whether the two splits keep
+    apart by layout (v2) or both draw every room (v1). ``reset(options={"task": {"id": ..., "room": [row, ...]}})``
+    poses a specific room (the symbols above).
+
+    Scripted policies: ``bfs`` (the oracle: a shortest solution, re-planned each turn), ``bfs_explore`` (as good,
+    but it draws among the shortest solutions' first moves and opens 20% of turns with a non-fatal detour: varied
+    cold-start demonstrations) and ``random``.
 
     ## Version History
     Each version's id makes it; the kwargs give the same env under the newest id:
 
-    * ``TurnRL/Sokoban-v0`` = ``gym.make("TurnRL/Sokoban-v1", effective_actions="state-change")`` (it warns).
-    * ``TurnRL/Sokoban-v1`` = ``gym.make("TurnRL/Sokoban-v1")``.
+    * ``TurnRL/Sokoban-v0`` = ``gym.make("TurnRL/Sokoban-v2", effective_actions="state-change", dim=(6, 6),
+      disjoint_held_out=False)`` (it warns).
+    * ``TurnRL/Sokoban-v1`` = ``gym.make("TurnRL/Sokoban-v2", dim=(6, 6), disjoint_held_out=False)`` (it warns).
+    * ``TurnRL/Sokoban-v2`` = ``gym.make("TurnRL/Sokoban-v2")``.
 
     * v0: Appendix E's setting. Choices where the paper is silent: a box pushed off a target pays nothing (the paper
       lists no such penalty; gym-sokoban's own env charges -1), and a push from one target onto another pays
@@ -154,6 +185,15 @@ class SokobanEnv(TurnEnv):
       Episode End); v0 counted every action that changed the state, now ``env/state_changing_action_rate``.
       Rewards, dynamics and rooms are unchanged; the id moved because leaderboards compare this metric. Random
       policy 0.611 -> 0.171, BFS oracle 1.0 -> 1.0 (128 rooms, seed 0; pushes only would give 0.139 and 0.545).
+    * v2: held-out rooms apart from training by layout (``split="test"``, every id's held-out kwargs; see
+      Held-out rooms): under v1, 41 of the 64 rooms an evaluation with ``--seed 12345`` posed were among
+      2,000 training rooms (seeds 0-1999; 60 shared a layout), now none can be. Rooms are 7x7 (v1: 6x6), as the
+      6x6 pool is too small for a split. Rewards and dynamics are unchanged. Scripted policy ``bfs_explore``
+      added (``bfs`` and ``random`` unchanged). On 64 held-out rooms (``--seed 12345``): BFS oracle 1.0,
+      ``bfs_explore`` 1.0 (effective action rate 0.92), random 0.0 (0.16).
+    * Every id, no version bump: the episode metrics moved from ``info["episode"]`` to ``info["episode_metrics"]``
+      (:data:`agentgym_turn.core.EPISODE_METRICS_KEY`), so Gymnasium's ``RecordEpisodeStatistics`` can add its
+      own ``info["episode"]``; rewards, tasks and the metrics themselves are unchanged.
     """
 
     reward_levels: ClassVar[dict[str, RewardLevel]] = {
@@ -162,12 +202,16 @@ class SokobanEnv(TurnEnv):
         "step_penalty": "turn",
         "success": "outcome",
     }
-    scripted_policies: ClassVar[dict[str, ScriptedPolicy]] = {"bfs": bfs_policy, "random": random_policy}
+    scripted_policies: ClassVar[dict[str, ScriptedPolicy]] = {
+        "bfs": bfs_policy,
+        "bfs_explore": bfs_explore_policy,
+        "random": random_policy,
+    }
 
     def __init__(
         self,
         *,
-        dim: tuple[int, int] | list[int] = (6, 6),
+        dim: tuple[int, int] | list[int] = (7, 7),
         num_boxes: int = 1,
         max_actions_per_turn: int = 3,
         max_turns: int = 3,
@@ -177,8 +221,21 @@ class SokobanEnv(TurnEnv):
         render_mode: str | None = None,
         max_action_chars: int = 16_384,
         effective_actions: str = "box-movement",
+        split: str = "train",
+        disjoint_held_out: bool = True,
     ) -> None:
         super().__init__(render_mode=render_mode, max_action_chars=max_action_chars)
+        if split not in SPLITS:
+            raise InvalidArgument(
+                f"split={split!r} is not known; use 'train' (default) or 'test' (the held-out rooms evaluations pose)."
+            )
+        if not isinstance(disjoint_held_out, bool):
+            raise InvalidArgument(
+                f"disjoint_held_out={disjoint_held_out!r} must be True (v2: the splits share no room layout) or "
+                "False (v1: both splits draw from every room, held out by seed alone)."
+            )
+        self.split = split
+        self.disjoint_held_out = disjoint_held_out
         if effective_actions not in EFFECTIVE_ACTIONS:
             raise InvalidArgument(
                 f"effective_actions={effective_actions!r} is not known; use 'box-movement' (default, 001 Fig. 7) "
@@ -210,14 +267,22 @@ class SokobanEnv(TurnEnv):
 
     # ------------------------------------------------------------------ tasks
     def _sample_task(self) -> dict[str, Any]:
-        room = find_room(int(self.np_random.integers(0, 2**31 - 1)), self.room_config)
+        seed = int(self.np_random.integers(0, 2**31 - 1))
+        room = find_room(seed, self.room_config, split=self.split if self.disjoint_held_out else None)
         h, w = self.room_config.dim
         return {
             "id": f"sokoban-{h}x{w}-b{self.room_config.num_boxes}-seed{room.seed}",
             "seed": room.seed,
             "room": board_rows(room.board),
             "min_solution_length": len(room.solution),
+            "layout_key": room.layout_key,
         }
+
+    def task_key(self, task: Mapping[str, Any]) -> str:
+        """A room's layout (walls, targets, boxes; not the player), the same for its rotations and mirror images:
+        an evaluation never poses one puzzle twice in another orientation."""
+        key = task.get("layout_key")
+        return f"layout:{key if key is not None else layout_key(parse_board(task['room']))}"
 
     def _validate_task(self, task: Mapping[str, Any]) -> dict[str, Any]:
         if "room" not in task:
@@ -231,6 +296,7 @@ class SokobanEnv(TurnEnv):
         out = dict(task)
         out["room"] = board_rows(board)
         out.setdefault("id", "sokoban-" + "/".join(out["room"]))
+        out["layout_key"] = layout_key(board)
         mins = out.get("min_solution_length")
         if mins is not None and (not isinstance(mins, int) or mins < 1):
             raise InvalidTask(f"'min_solution_length'={mins!r} must be a positive int or absent.")

@@ -4,6 +4,14 @@
     >>> room.seed, len(room.solution)
     (2, 8)
 
+Every room has a layout key (walls, targets and boxes, the same under the room's rotations and reflections), and
+the key alone decides the room's side of the held-out split, so training and evaluation never share a layout::
+
+    >>> room.layout_key[:12], layout_split(room.layout_key)
+    ('71beb9470801', 'test')
+    >>> find_room(0, RoomConfig(), split="train").seed  # the first seed from 0 whose room passes, on the train side
+    14
+
 Rooms come from ``gym_sokoban/envs/room_utils.py`` (Schrader, 2018), loaded by file path so that the package
 ``__init__`` (which needs the old ``gym`` and ``pkg_resources``) never runs. Boards and their dynamics live in
 :mod:`envs.sokoban.board`; the filter's shortest solution comes from :mod:`envs.sokoban.solver`.
@@ -11,6 +19,7 @@ Rooms come from ``gym_sokoban/envs/room_utils.py`` (Schrader, 2018), loaded by f
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import random
@@ -23,11 +32,43 @@ from types import ModuleType
 import numpy as np
 
 from agentgym_turn.error import DependencyNotInstalled, InvalidArgument
-from envs.sokoban.board import Board
+from envs.sokoban.board import BOX, BOX_ON_TARGET, FLOOR, TARGET, WALL, Board
 from envs.sokoban.solver import shortest_solution
 
 # gym-sokoban's integer codes, as its env uses them (its generate_room docstring swaps 3 and 4).
 _GS_WALL, _GS_FLOOR, _GS_TARGET, _GS_BOX_ON_TARGET, _GS_BOX, _GS_PLAYER = 0, 1, 2, 3, 4, 5
+
+#: The held-out split's sides: a room is on ``"test"`` when its layout key, read as a number, is divisible by
+#: :data:`TEST_MODULUS` (half of the layouts), else on ``"train"``.
+SPLITS = ("train", "test")
+TEST_MODULUS = 2
+
+
+# ---------------------------------------------------------------------------------------------- layouts and split
+def layout_key(board: Board) -> str:
+    """A room's layout as a hex digest: its walls, targets and boxes, not the player, under the grid's 8 rotations
+    and reflections (the smallest rendering of the 8 is hashed, so a mirrored or rotated room has the same key).
+
+    The player is left out: rooms that differ only in where the player starts pose the same puzzle (the same pushes
+    solve both), so they must fall on the same side of the split.
+    """
+    grid = np.full((board.height, board.width), FLOOR, dtype="<U1")
+    for cells, symbol in ((board.walls, WALL), (board.targets, TARGET), (board.boxes, BOX)):
+        for cell in cells:
+            grid[cell] = symbol
+    for cell in board.boxes & board.targets:
+        grid[cell] = BOX_ON_TARGET
+    renderings = []
+    for turned in (grid, grid.T):
+        for k in range(4):
+            view = np.rot90(turned, k)
+            renderings.append("\n".join("".join(row) for row in view))
+    return hashlib.sha256(min(renderings).encode()).hexdigest()
+
+
+def layout_split(key: str) -> str:
+    """The side of the held-out split a layout key falls on: ``"test"`` or ``"train"`` (see :data:`TEST_MODULUS`)."""
+    return "test" if int(key, 16) % TEST_MODULUS == 0 else "train"
 
 
 # ---------------------------------------------------------------------------------------------- gym-sokoban rooms
@@ -134,11 +175,13 @@ class RoomConfig:
 
 @dataclass(frozen=True)
 class Room:
-    """A generated room that passed the filter: the seed that produced it and its shortest solution."""
+    """A generated room that passed the filter: the seed that produced it, its shortest solution and its layout key
+    (:func:`layout_key`)."""
 
     seed: int
     board: Board
     solution: tuple[str, ...]
+    layout_key: str
 
 
 @lru_cache(maxsize=65536)
@@ -152,16 +195,22 @@ def room_for_seed(seed: int, config: RoomConfig) -> Room | None:
     solution = shortest_solution(board, max_depth=config.max_solution_length)
     if solution is None or len(solution) < config.min_solution_length:
         return None
-    return Room(seed, board, tuple(solution))
+    return Room(seed, board, tuple(solution), layout_key(board))
 
 
-def find_room(seed: int, config: RoomConfig, max_tries: int = 1000) -> Room:
-    """The first room that passes the filter among seeds ``seed, seed + 1, ...`` (deterministic in ``seed``)."""
-    for k in range(max_tries):
+def find_room(seed: int, config: RoomConfig, max_tries: int = 1000, split: str | None = None) -> Room:
+    """The first room that passes the filter among seeds ``seed, seed + 1, ...`` (deterministic in ``seed``) and,
+    when ``split`` is ``"train"`` or ``"test"``, whose layout falls on that side (:func:`layout_split`); ``None``
+    takes rooms of either side (v1's draw). ``max_tries`` seeds are tried (times :data:`TEST_MODULUS` for one side)."""
+    if split is not None and split not in SPLITS:
+        raise InvalidArgument(f"split={split!r} is not a side of the held-out split; use one of {SPLITS}.")
+    tries = max_tries if split is None else max_tries * TEST_MODULUS
+    for k in range(tries):
         room = room_for_seed((seed + k) % (2**31), config)
-        if room is not None:
+        if room is not None and (split is None or layout_split(room.layout_key) == split):
             return room
     raise InvalidArgument(
-        f"no room among seeds {seed}..{seed + max_tries - 1} passes the filter {config}; loosen min/max_solution_"
-        f"length or change num_gen_steps."
+        f"no room among seeds {seed}..{seed + tries - 1} passes the filter {config}"
+        + (f" on the {split!r} side" if split else "")
+        + "; loosen min/max_solution_length or change num_gen_steps."
     )

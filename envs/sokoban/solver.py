@@ -50,6 +50,25 @@ def shortest_solution(board: Board, max_depth: int | None = None) -> list[str] |
     return None
 
 
+def first_move_costs(board: Board, max_depth: int | None = None) -> dict[str, int | None]:
+    """For each action that changes the state, the length of the shortest solution that starts with it (``None``
+    when no solution of at most ``max_depth`` actions starts with it: a dead end or too long). Actions that change
+    nothing (into a wall, a blocked push) are left out.
+
+        >>> from envs.sokoban.board import parse_board
+        >>> first_move_costs(parse_board(["#####", "#___#", "#_X_#", "#_P_#", "#_O_#", "#####"]))
+        {'Up': None, 'Down': 8, 'Left': 6, 'Right': 6}
+    """
+    costs: dict[str, int | None] = {}
+    for direction in DIRECTIONS:
+        result = apply_move(board, direction)
+        if not result.moved:
+            continue
+        rest = shortest_solution(result.board, None if max_depth is None else max_depth - 1)
+        costs[direction] = None if rest is None else 1 + len(rest)
+    return costs
+
+
 def walk_distance(board: Board, start: Pos, goal: Pos) -> int | None:
     """The fewest steps the player needs to walk from ``start`` to ``goal`` with the boxes where they are on
     ``board`` (walls, boxes and cells outside the grid block the way), or ``None`` when ``goal`` is unreachable."""

@@ -1,9 +1,9 @@
-"""``TurnRL/WikiTwoTurn-v1``: the two-turn Wikipedia-search QA task of MT-GRPO (``000_…`` §3.1–3.2, App. A–B).
+"""``TurnRL/WikiTwoTurn-v2``: the two-turn Wikipedia-search QA task of MT-GRPO (``000_…`` §3.1–3.2, App. A–B).
 
 Worked example (the reference scripted policy on one offline question)::
 
     >>> import gymnasium as gym, agentgym_turn
-    >>> env = gym.make("TurnRL/WikiTwoTurn-v1")
+    >>> env = gym.make("TurnRL/WikiTwoTurn-v2")
     >>> task = {"question": "What is an opera in four acts by the French composer Georges Bizet?",
     ...         "answers": ["Carmen"]}
     >>> msgs, info = env.reset(seed=0, options={"task": task})          # [system prompt, question]
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any, ClassVar
 
 import numpy as np
@@ -28,10 +29,11 @@ import numpy as np
 from agentgym_turn.core import Message, TurnEnv, TurnResult
 from agentgym_turn.error import InvalidArgument, InvalidTask
 from agentgym_turn.parsing import JSON_MODES, ParseError, extract_tag, parse_tool_call
+from agentgym_turn.queries import sample_query
 from agentgym_turn.retrieval import Retriever
 from agentgym_turn.tools import Tool, ToolError, ToolFailure, call_tool
 from envs.wiki_two_turn import rewards as R
-from envs.wiki_two_turn.questions import FACTS_SET, SPLITS, load_triviaqa, wiki_questions
+from envs.wiki_two_turn.questions import CLEAN_SET, SPLITS, load_triviaqa, wiki_questions
 from envs.wikiqa import occurs, sentences
 
 TOOL_NAME = "wiki_search"
@@ -157,12 +159,14 @@ class WikiTwoTurnEnv(TurnEnv):
     turn-level components are then 0 and the outcome is paid at once). Never truncated by the env itself.
 
     ## Arguments
-    ``gym.make("TurnRL/WikiTwoTurn-v1", dataset="wiki", question_set="facts-v1", split="train", top_k=1,
+    ``gym.make("TurnRL/WikiTwoTurn-v2", dataset="wiki", question_set="facts-v1-clean", split="train", top_k=1,
     tool_parsing="strict")``:
         * ``dataset``: ``"wiki"`` (offline questions derived from the corpus) or ``"triviaqa"`` (HF hub).
-        * ``question_set``: the offline set (``dataset="wiki"``): ``"facts-v1"`` (default: templated questions
-          about facts inside the leads, span answers, 27% two-hop) or ``"lead-v0"`` (v0's set, whose answer is the
-          first hit's title); see :mod:`envs.wiki_two_turn.questions` for both and their measured difficulty.
+        * ``question_set``: the offline set (``dataset="wiki"``): ``"facts-v1-clean"`` (default: ``"facts-v1"``
+          with its validation and test splits kept apart from train by question text, answer and article),
+          ``"facts-v1"`` (templated questions about facts inside the leads, span answers, 27% two-hop; v1's) or
+          ``"lead-v0"`` (v0's set, whose answer is the first hit's title); see :mod:`envs.wiki_two_turn.questions`
+          for them and their measured difficulty.
         * ``split``: ``"train"``, ``"validation"`` or ``"test"`` (TriviaQA: train/validation).
         * ``tasks``: an explicit list of ``{"question", "answers", "id"?}`` instead of a dataset.
         * ``retriever``: a :class:`~agentgym_turn.retrieval.Retriever`; default the bundled Lucene BM25 index.
@@ -176,9 +180,10 @@ class WikiTwoTurnEnv(TurnEnv):
     ## Version History
     Each version's id makes it; the kwargs give the same env under the newest id:
 
-    * ``TurnRL/WikiTwoTurn-v0`` = ``gym.make("TurnRL/WikiTwoTurn-v1", tool_parsing="tolerant",
+    * ``TurnRL/WikiTwoTurn-v0`` = ``gym.make("TurnRL/WikiTwoTurn-v2", tool_parsing="tolerant",
       question_set="lead-v0")`` (it warns). v0's ``reference`` scripted policy is now ``title``.
-    * ``TurnRL/WikiTwoTurn-v1`` = ``gym.make("TurnRL/WikiTwoTurn-v1")``.
+    * ``TurnRL/WikiTwoTurn-v1`` = ``gym.make("TurnRL/WikiTwoTurn-v2", question_set="facts-v1")`` (it warns).
+    * ``TurnRL/WikiTwoTurn-v2`` = ``gym.make("TurnRL/WikiTwoTurn-v2")``.
 
     * v0: the paper's task and rewards, with these choices where it is silent or where we deviate:
       offline questions from the bundled corpus instead of TriviaQA (online users pass ``dataset="triviaqa"``);
@@ -199,6 +204,16 @@ class WikiTwoTurnEnv(TurnEnv):
       containing the answer for 0.705 of the questions (search + oracle span); answering without search with the
       most frequent answer scores 0.069. v0's set: ``question_set="lead-v0"``. The ``reference`` scripted policy
       answers with the gold answer when the result contains it (v0's copied the title: that is now ``title``).
+    * v2: held-out questions clean by content (``question_set="facts-v1-clean"``): v1's validation questions did
+      not repeat and shared no text with train, but 337 of 671 shared an accepted answer with a training question
+      (SQuAD-normalised; nationalities and occupations are closed classes) and 83 more had an article that a training
+      question (two-hop, through it) also uses; 251 validation questions remain (test: 509 -> 173). Train is
+      unchanged; rewards are unchanged (the XML format and tag usage rewards already pay the paper's definitions: a
+      turn with two ``<tool>`` calls earns full format credit and loses half its tag-usage credit). New scripted
+      policy ``explore``: varied first-turn queries (:mod:`agentgym_turn.queries`), the cold start's default.
+    * Every id, no version bump: the episode metrics moved from ``info["episode"]`` to ``info["episode_metrics"]``
+      (:data:`agentgym_turn.core.EPISODE_METRICS_KEY`), so Gymnasium's ``RecordEpisodeStatistics`` can add its
+      own ``info["episode"]``; rewards, tasks and the metrics themselves are unchanged.
     """
 
     reward_levels: ClassVar[dict[str, str]] = {
@@ -223,7 +238,7 @@ class WikiTwoTurnEnv(TurnEnv):
         max_result_chars: int | None = None,
         max_action_chars: int = 32_768,
         tool_parsing: str = "strict",
-        question_set: str = FACTS_SET,
+        question_set: str = CLEAN_SET,
         render_mode: str | None = None,
     ) -> None:
         super().__init__(render_mode=render_mode, max_action_chars=max_action_chars)
@@ -394,6 +409,39 @@ def reference_policy(env: TurnEnv, rng: np.random.Generator) -> str:
     return f"{reasoning}\n<answer>{title}</answer>"
 
 
+@lru_cache(maxsize=1)
+def _corpus_titles() -> tuple[str, ...]:
+    from agentgym_turn.corpus import load_wiki_summaries
+
+    return tuple(d.title for d in load_wiki_summaries())
+
+
+#: The first-turn reasoning of :func:`explore_policy`, per query style.
+_EXPLORE_REASONING = {
+    "verbatim": "I will search Wikipedia for the question as it is asked.",
+    "entity": "The question is about {query}; its article should say.",
+    "keywords": "I will search for the key words of the question.",
+    "paraphrase": "I will search for {query}.",
+    "partial": "A short query should do: {query}.",
+    "wrong_entity": "I think this is about {query}; I will look it up.",
+}
+
+
+def explore_policy(env: TurnEnv, rng: np.random.Generator) -> str:
+    """Search as a model would try: a query drawn from :func:`agentgym_turn.queries.sample_query` (the question
+    verbatim, its main entity, keywords, a paraphrase or a plausible wrong entity from the corpus titles); then
+    answer as ``reference`` does (the gold answer quoted from the result when it holds one, else the top title).
+
+    Groups of its episodes differ in turn 1: whether the result holds the answer varies within a group, so
+    turn-level credit has something to act on after a cold start on it.
+    """
+    if env.turn > 0:
+        return reference_policy(env, rng)
+    style, query = sample_query(_question(env), rng, _corpus_titles())
+    call = json.dumps({"name": TOOL_NAME, "args": {"query": query}})
+    return f"<reasoning>{_EXPLORE_REASONING[style].format(query=query)}</reasoning>\n<tool>{call}</tool>"
+
+
 def direct_policy(env: TurnEnv, rng: np.random.Generator) -> str:
     """Answer at once without the tool, guessing a capitalised phrase of the question (a no-tool floor)."""
     words = [w.strip("?,.;:\"'()") for w in _question(env).split()[1:]]
@@ -402,4 +450,9 @@ def direct_policy(env: TurnEnv, rng: np.random.Generator) -> str:
     return f"<reasoning>I think I know this without searching.</reasoning>\n<answer>{guess}</answer>"
 
 
-WikiTwoTurnEnv.scripted_policies = {"reference": reference_policy, "title": title_policy, "direct": direct_policy}
+WikiTwoTurnEnv.scripted_policies = {
+    "reference": reference_policy,
+    "title": title_policy,
+    "direct": direct_policy,
+    "explore": explore_policy,
+}

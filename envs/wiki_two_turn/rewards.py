@@ -1,4 +1,4 @@
-"""The MT-GRPO rewards of ``TurnRL/WikiTwoTurn-v1`` as pure functions (``000_…`` §3.2).
+"""The MT-GRPO rewards of ``TurnRL/WikiTwoTurn`` (every version) as pure functions (``000_…`` §3.2).
 
 Turn level (the first turn only):
     * :func:`reward_tool_execution`: 0.2 when the turn holds a ``<tool>...</tool>`` call and the env's answer to it

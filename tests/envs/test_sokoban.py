@@ -1,4 +1,4 @@
-"""TurnRL/Sokoban-v1: dynamics, parsing and reward tables (Appendix E), rooms, the BFS filter and oracle, fuzzing."""
+"""TurnRL/Sokoban-v2: dynamics, parsing and reward tables (Appendix E), rooms, the BFS filter and oracle, fuzzing."""
 
 from __future__ import annotations
 
@@ -21,12 +21,22 @@ from envs.sokoban import board as board_module
 from envs.sokoban import env as env_module
 from envs.sokoban import policies, rewards, rooms, solver
 from envs.sokoban.board import Board, apply_move, parse_board, render_board
+from envs.sokoban.env import LONG_HORIZON_KWARGS
 from envs.sokoban.rewards import parse_turn
-from envs.sokoban.rooms import RoomConfig, board_from_gym_sokoban, find_room, generate_board, room_for_seed
-from envs.sokoban.solver import shortest_solution
+from envs.sokoban.rooms import (
+    RoomConfig,
+    board_from_gym_sokoban,
+    find_room,
+    generate_board,
+    layout_key,
+    layout_split,
+    room_for_seed,
+)
+from envs.sokoban.solver import first_move_costs, shortest_solution
+from trainers.rollout import task_seeds
 
 gym.register_envs(agentgym_turn)
-ENV_ID = "TurnRL/Sokoban-v1"
+ENV_ID = "TurnRL/Sokoban-v2"
 CORRIDOR = ["######", "#PX_O#", "######"]  # Right, Right solves it
 
 
@@ -224,7 +234,7 @@ def test_metrics_success_and_effective_action_rate():
     env.step(turn("Left", "Up", "Right"))  # 2 no-ops, 1 effective
     _, _, terminated, _, info = env.step(turn("Right"))
     assert terminated
-    ep = info["episode"]
+    ep = info["episode_metrics"]
     assert ep["env/success"] == 1.0
     assert ep["env/actions"] == 4 and ep["env/effective_actions"] == 2
     assert ep["env/effective_action_rate"] == pytest.approx(0.5)
@@ -264,7 +274,7 @@ def test_effective_action_rate_counts_pushes_and_the_shortest_walks_to_them(room
     _, _, terminated, _, info = env.step(turn(*actions))
     if not terminated:
         _, _, terminated, _, info = env.step("no answer")
-    ep = info["episode"]
+    ep = info["episode_metrics"]
     assert ep["env/actions"] == len(actions)
     assert ep["env/effective_actions"] == effective
     assert ep["env/effective_action_rate"] == pytest.approx(effective / len(actions))
@@ -276,7 +286,7 @@ def test_effective_walks_span_turns_and_only_the_shortest_walk_counts():
     env.reset(options={"task": {"room": LONG}})
     env.step(turn("Right", "Left", "Right"))  # at column 2: 1 of these 3 steps is on the shortest walk
     _, _, _, _, info = env.step(turn("Right", "Right", "Right"))  # walk, push, push (solved)
-    ep = info["episode"]
+    ep = info["episode_metrics"]
     assert (ep["env/effective_actions"], ep["env/actions"], ep["env/success"]) == (4.0, 6.0, 1.0)
 
 
@@ -308,7 +318,7 @@ def test_no_action_played_gives_zero_rate_and_budget_ends():
     assert obs[0]["content"].startswith("Error: ")
     obs, _, terminated, _, info = env.step("still nothing")
     assert obs == [] and terminated
-    assert info["episode"]["env/effective_action_rate"] == 0.0 and info["episode"]["env/success"] == 0.0
+    assert info["episode_metrics"]["env/effective_action_rate"] == 0.0 and info["episode_metrics"]["env/success"] == 0.0
     with pytest.raises(ResetNeeded):
         env.step("more")
 
@@ -389,7 +399,7 @@ def test_reset_seed_determinism_and_task_round_trip():
     assert obs1 == obs2 and info1 == info2
     obs3, _ = env.reset(options={"task": task})
     assert obs3 == obs1
-    assert task["id"] == f"sokoban-6x6-b1-seed{task['seed']}" and task["min_solution_length"] >= 5
+    assert task["id"] == f"sokoban-7x7-b1-seed{task['seed']}" and task["min_solution_length"] >= 5
 
 
 def _iddfs_length(board: Board, limit: int) -> int | None:
@@ -418,6 +428,78 @@ def test_bfs_is_optimal_against_brute_force():
     assert shortest_solution(parse_board(CORRIDOR), max_depth=1) is None
 
 
+# ------------------------------------------------------------------------------------------------ held-out split
+def _room_layouts(seeds, **kwargs) -> list[tuple[str, tuple[str, ...]]]:
+    env = make(**kwargs)
+    out = []
+    for seed in seeds:
+        env.reset(seed=seed)
+        out.append((env.unwrapped.task["layout_key"], tuple(env.unwrapped.task["room"])))
+    return out
+
+
+def test_layout_key_ignores_the_player_and_the_rooms_symmetries_but_not_the_layout():
+    rows = ["######", "#P___#", "#_X#_#", "#__O_#", "######"]
+    key = layout_key(parse_board(rows))
+    grid = np.array([list(r) for r in rows])
+    for view in (np.fliplr(grid), np.flipud(grid), np.rot90(grid), np.rot90(grid, 2), grid.T):
+        assert layout_key(parse_board(["".join(r) for r in view])) == key
+    assert layout_key(parse_board(["######", "#____#", "#_X#_#", "#_PO_#", "######"])) == key  # player elsewhere
+    for other in (
+        ["######", "#P___#", "#_X#_#", "#_O__#", "######"],
+        ["######", "#P___#", "#_X__#", "#__O_#", "######"],
+    ):
+        assert layout_key(parse_board(other)) != key  # the target moved; a wall gone
+    assert {layout_split(layout_key(generate_board(s, (7, 7), 1, 23))) for s in range(12)} == {"train", "test"}
+
+
+def test_held_out_rooms_share_no_layout_with_training_and_are_distinct():
+    """An evaluation's 64 rooms (``--seed 12345``, the leaderboard's, and seed 0) against 200 training draws: no
+    layout in common, every room on its side, the 64 rooms of one evaluation all different (one pair at each seed
+    is the same layout mirrored or turned: the draws are independent, so distinct layouts are likely, not sure)."""
+    train = _room_layouts(range(200))
+    assert {layout_split(k) for k, _ in train} == {"train"} and len({r for _, r in train}) > 190
+    for seed in (12345, 0):
+        held = _room_layouts(task_seeds(seed, 64), split="test")
+        assert {layout_split(k) for k, _ in held} == {"test"}
+        assert not {k for k, _ in held} & {k for k, _ in train}
+        assert len({r for _, r in held}) == 64 and len({k for k, _ in held}) == 63
+
+
+def test_split_is_exact_over_every_room_of_a_seed_range():
+    """Over every room seeds 0..399 yield (the pool find_room scans), each side draws only its own layouts and the
+    two sides' layouts never meet: the split is a function of the layout."""
+    config = RoomConfig(dim=(7, 7), num_gen_steps=23)
+    pool = [r for s in range(400) if (r := room_for_seed(s, config)) is not None]
+    sides = {side: {r.layout_key for r in pool if layout_split(r.layout_key) == side} for side in ("train", "test")}
+    assert sides["train"] and sides["test"] and not sides["train"] & sides["test"]
+    for seed in range(0, 400, 7):
+        for side in ("train", "test"):
+            room = find_room(seed, config, split=side)
+            assert layout_split(room.layout_key) == side and room.seed >= seed
+            assert room == find_room(seed, config, split=side)  # deterministic
+    with pytest.raises(InvalidArgument, match="split='dev'"):
+        find_room(0, config, split="dev")
+
+
+def test_disjoint_held_out_false_is_v1s_draw():
+    """v1's rooms: 6x6, the same for both splits (held out by seed alone), the room seed 0 has always drawn."""
+    v1 = {"dim": (6, 6), "disjoint_held_out": False}
+    train, test = _room_layouts(range(5), **v1), _room_layouts(range(5), split="test", **v1)
+    assert train == test
+    env = make(**v1)
+    env.reset(seed=0)
+    assert env.unwrapped.task["room"] == ["######", "#___O#", "#PX__#", "##__##", "######", "######"]
+    assert env.unwrapped.task["seed"] == 1826701617
+
+
+@pytest.mark.parametrize("kwargs, fragment", [({"split": "validation"}, "split='validation'"),
+                                              ({"disjoint_held_out": "yes"}, "disjoint_held_out='yes'")])  # fmt: skip
+def test_bad_split_arguments(kwargs, fragment):
+    with pytest.raises(InvalidArgument, match=fragment):
+        make(**kwargs)
+
+
 # ------------------------------------------------------------------------------------------------ policies, API
 def test_bfs_oracle_solves_every_room():
     env = make()
@@ -427,6 +509,51 @@ def test_bfs_oracle_solves_every_room():
         assert log.metrics["env/success"] == 1.0, seed
         assert log.metrics["env/effective_action_rate"] == 1.0
         assert len(log.actions) <= 3
+
+
+def test_first_move_costs_match_the_solver():
+    board = parse_board(["#####", "#___#", "#_X_#", "#_P_#", "#_O_#", "#####"])
+    costs = first_move_costs(board)
+    assert costs == {"Up": None, "Down": 8, "Left": 6, "Right": 6}  # Up pushes the box against the top wall
+    assert min(c for c in costs.values() if c) == len(shortest_solution(board))
+    assert first_move_costs(board, max_depth=6) == {"Up": None, "Down": None, "Left": 6, "Right": 6}
+
+
+def _first_moves(env, room, seeds=range(24)) -> list[str]:
+    env.reset(options={"task": {"room": room}})
+    explore = get_scripted_policy(env, "bfs_explore")
+    return [parse_turn(explore(env.unwrapped, np.random.default_rng(s)), 3).actions[0] for s in seeds]
+
+
+def test_bfs_explore_varies_its_first_move_where_the_room_allows():
+    env = make()
+    # two shortest ways round the box (Left or Right first), and Down: a detour that still solves in 8 <= 9
+    firsts = _first_moves(env, ["#####", "#___#", "#_X_#", "#_P_#", "#_O_#", "#####"], seeds=range(64))
+    assert set(firsts) == {"Left", "Right", "Down"} and firsts.count("Down") < firsts.count("Left") + 5
+    assert "Up" not in firsts  # the fatal push is never played
+    assert set(_first_moves(env, CORRIDOR)) == {"Right"}  # one way to solve, every other move a no-op
+    turn_text = get_scripted_policy(env, "bfs_explore")(env.unwrapped, np.random.default_rng(0))
+    assert parse_turn(turn_text, 3).well_formed
+
+
+def test_bfs_explore_solves_every_room_and_keeps_the_old_policies():
+    env = make()
+    assert {"bfs", "bfs_explore", "random"} <= set(env.unwrapped.scripted_policies)
+    explore = get_scripted_policy(env, "bfs_explore")
+    logs = [run_episode(env, explore, seed=s) for s in range(20)]
+    assert all(log.metrics["env/success"] == 1.0 for log in logs)
+    assert all(log.metrics["reward/format"] == 0.5 * len(log.actions) for log in logs)
+
+
+def test_long_horizon_variant_oracle_solves_held_out_rooms_random_does_not():
+    env = make(split="test", **LONG_HORIZON_KWARGS)
+    logs = {name: [run_episode(env, get_scripted_policy(env, name), seed=s) for s in task_seeds(12345, 12)]
+            for name in ("bfs", "bfs_explore", "random")}  # fmt: skip
+    board = parse_board(env.unwrapped.task["room"])
+    assert (board.height, len(board.boxes), env.unwrapped.max_turns) == (7, 2, 6)
+    assert all(10 <= log.metrics["env/min_solution_length"] <= 18 for log in logs["bfs"])
+    success = {name: np.mean([log.metrics["env/success"] for log in group]) for name, group in logs.items()}
+    assert success["bfs"] == success["bfs_explore"] == 1.0 and success["random"] <= 0.1
 
 
 def test_random_policy_plays_well_formed_turns():
@@ -514,5 +641,5 @@ def test_fuzz_step_with_arbitrary_text(texts):
         if not terminated:
             assert (info["error"] is None) == (info["reward_components"]["format"] == 0.5)
         if terminated:
-            assert obs == [] and "episode" in info
+            assert obs == [] and "episode_metrics" in info
             break

@@ -200,3 +200,38 @@ def test_facts_set_difficulty_as_published(facts, wiki_retriever):
     published = {"n": 671, "title_em": 0.007, "search_answer": 0.705, "no_search_em": 0.069, "no_search_kind_em": 0.095}
     assert r == pytest.approx(published, abs=0.0015)
     assert sum(q["hops"] == 2 for q in facts["validation"]) / r["n"] == pytest.approx(0.274, abs=0.001)
+
+
+def test_clean_set_keeps_held_out_apart_from_train_by_text_answer_and_article():
+    """Over the full splits: no repeated question within a split, no shared text across splits, and no held-out
+    question shares a (SQuAD-normalised) accepted answer or an article with a training question."""
+    from agentgym_turn.answers import normalize_squad as norm
+    from envs.wiki_two_turn.questions import CLEAN_SET, clean_counts
+
+    sets = {s: wiki_questions(s, question_set=CLEAN_SET) for s in SPLITS}
+    texts = {s: [norm(q["question"]) for q in v] for s, v in sets.items()}
+    for s in SPLITS:
+        assert len(texts[s]) == len(set(texts[s])), s
+    assert not set(texts["train"]) & set(texts["validation"])
+    assert not set(texts["train"]) & set(texts["test"]) and not set(texts["validation"]) & set(texts["test"])
+    train_answers = {norm(a) for q in sets["train"] for a in q["answers"]}
+    train_docs = {d for q in sets["train"] for d in q["docs"]}
+    for s in ("validation", "test"):
+        assert not any(norm(a) in train_answers for q in sets[s] for a in q["answers"]), s
+        assert not any(set(q["docs"]) & train_docs for q in sets[s]), s
+    assert sets["train"] == wiki_questions("train", question_set=FACTS_SET)  # train is facts-v1's
+    assert clean_counts() == {  # published in envs.wiki_two_turn.questions and the env's Version History
+        "train": {"duplicate": 0, "text": 0, "answer": 0, "article": 0, "kept": 4421},
+        "validation": {"duplicate": 0, "text": 0, "answer": 337, "article": 83, "kept": 251},
+        "test": {"duplicate": 0, "text": 0, "answer": 283, "article": 53, "kept": 173},
+    }
+    assert {s: len(v) for s, v in sets.items()} == {"train": 4421, "validation": 251, "test": 173}
+
+
+def test_clean_held_out_rules_on_hand_made_splits():
+    import doctest
+
+    from envs.wiki_two_turn import questions
+
+    result = doctest.testmod(questions)
+    assert result.attempted >= 3 and result.failed == 0

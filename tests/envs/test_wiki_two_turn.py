@@ -121,8 +121,8 @@ def test_table1_successful_tool_call(gacy_env):
         "xml_tag_usage": pytest.approx(0.2),
     }
     assert term2 and obs2 == [] and r2 == pytest.approx(1.9)
-    assert info2["episode"]["env/return"] == pytest.approx(2.6)
-    assert info2["episode"]["env/exact_match"] == 1.0 and info2["episode"]["env/tool_success"] == 1.0
+    assert info2["episode_metrics"]["env/return"] == pytest.approx(2.6)
+    assert info2["episode_metrics"]["env/exact_match"] == 1.0 and info2["episode_metrics"]["env/tool_success"] == 1.0
 
 
 def test_table3_no_tool_and_wrong_answer_ends_at_turn_one(env):
@@ -314,3 +314,60 @@ def test_custom_tasks_and_top_k(wiki_retriever):
     assert e.task["question"] == CARMEN["question"]
     obs, *_ = e.step(f"<reasoning>r</reasoning><tool>{call('Bizet opera Carmen')}</tool>")
     assert obs[0]["content"].count("\n\n") >= 1
+
+
+# ------------------------------------------------------------------------- format rewards against the paper (000)
+_CALL = '{"name": "wiki_search", "args": {"query": "Bizet"}}'
+
+
+@pytest.mark.parametrize(
+    ("turn", "fmt", "usage"),
+    [
+        # two calls in one turn: every format criterion holds; <tool> is opened and closed twice, so 1 of 2 tags
+        (f"<reasoning>r</reasoning>\n<tool>{_CALL}</tool>\n<tool>{_CALL}</tool>", 1.0, 0.5),
+        (f"<reasoning>r</reasoning><tool>{_CALL}</tool><tool>{_CALL}</tool><tool>{_CALL}</tool>", 1.0, 0.5),
+        ("<reasoning>r</reasoning>\n<answer>Carmen", 0.6, 0.5),  # unclosed answer: a field missing, no end tag
+        ("<reasoning> r </reasoning>\n<answer>Carmen</answer>", 0.8, 1.0),  # whitespace inside a tag
+        ("Carmen", 0.0, 0.0),  # no tags
+        (f"<reasoning>r</reasoning><tool>{_CALL}</tool><answer>Carmen</answer>", 1.0, 1.0),  # tool and answer slot
+    ],
+)
+def test_format_and_tag_usage_pay_the_papers_definitions(turn, fmt, usage):
+    """000 §3.2: "XML Format Reward: ... Checks include: (1) the presence of at least one expected field
+    (<reasoning>, <tool>, <answer>), (2) correct spacing (no leading or trailing whitespace within tags), (3) message
+    starting with <reasoning>, and (4) message ending with </tool> or </answer>. ... (weighted: 40% field presence,
+    20% spacing, 20% correct starting tag, 20% correct ending tag)"; "XML Tag Usage Reward: ... For each tag, the
+    reward verifies that exactly one opening and one closing tag are present. The reward is the proportion of
+    correctly used tags (normalized by the number of tags checked)". A duplicated call breaks no format criterion and
+    is paid less by tag usage only (the paper's code, verifiers' XMLParser, scores 1 - |count - 1| per opening and
+    closing tag, which goes negative from three copies; the paper's text says a proportion, which we pay)."""
+    assert R.format_score(turn) == pytest.approx(fmt)
+    assert R.tag_usage_score(turn) == pytest.approx(usage)
+    assert R.reward_xml_format([turn, "<reasoning>r</reasoning>\n<answer>Carmen</answer>"]) == pytest.approx(
+        0.2 * (fmt + 1.0) / 2
+    )
+
+
+# ------------------------------------------------------------------------- the explore cold start
+def test_explore_policy_varies_its_first_query_and_every_turn_is_well_formed(env):
+    from envs.wiki_two_turn.env import parse_turn
+    from envs.wiki_two_turn.questions import wiki_questions
+
+    policy = get_scripted_policy(env, "explore")
+    queries, found = set(), set()
+    for task in wiki_questions("train")[:3]:
+        for seed in range(6):
+            env.reset(seed=seed, options={"task": task})
+            rng = np.random.default_rng(seed)
+            first = policy(env, rng)
+            kind, parsed = parse_turn(first)
+            assert kind == "tool" and parsed.name == "wiki_search", first
+            queries.add((task["id"], parsed.args["query"]))
+            _, _, term, _, info = env.step(first)
+            found.add(info["reward_components"]["search_answer"])
+            assert not term
+            second = policy(env, rng)
+            assert parse_turn(second)[0] == "answer"
+            assert env.step(second)[2]
+    assert len(queries) >= 3 * 3  # at least 3 distinct queries per question over 6 draws
+    assert found == {0.0, 0.5}  # some queries find the answer's article, some do not

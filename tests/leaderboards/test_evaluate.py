@@ -21,13 +21,13 @@ def run(tmp_path: Path, *args: str) -> E.ResultRow:
 
 
 def test_scripted_run_writes_a_row_the_readme_table_and_a_plot(tmp_path: Path) -> None:
-    row = run(tmp_path, "--env", "TurnRL/Sokoban-v1", "--model", "scripted:bfs", "--episodes", "4", "--seed", "3")
-    line = json.loads((tmp_path / "results" / "Sokoban-v1.jsonl").read_text().strip())
+    row = run(tmp_path, "--env", "TurnRL/Sokoban-v2", "--model", "scripted:bfs", "--episodes", "4", "--seed", "3")
+    line = json.loads((tmp_path / "results" / "Sokoban-v2.jsonl").read_text().strip())
     for key in ("env_id", "env_version", "model", "engine", "seed", "git_sha", "date", "episodes", "metrics"):
         assert key in line
     assert (line["env_id"], line["env_version"], line["engine"], line["seed"]) == (
-        "TurnRL/Sokoban-v1",
-        1,
+        "TurnRL/Sokoban-v2",
+        2,
         "scripted",
         3,
     )
@@ -35,9 +35,9 @@ def test_scripted_run_writes_a_row_the_readme_table_and_a_plot(tmp_path: Path) -
     assert set(row.metrics["success"]) >= {"low", "high", "confidence"}
     readme = (tmp_path / "README.md").read_text()
     assert BEGIN in readme and END in readme
-    assert "| `scripted:bfs` | scripted | v1 | 1.000 [1.000, 1.000]" in readme
+    assert "| `scripted:bfs` | scripted | v2 | 1.000 [1.000, 1.000]" in readme
     assert "**reported** (001 Table 5)" in readme
-    assert (tmp_path / "plots" / "Sokoban-v1.png").stat().st_size > 1000
+    assert (tmp_path / "plots" / "Sokoban-v2.png").stat().st_size > 1000
 
 
 def test_same_config_replaces_its_table_row_and_keeps_the_header(tmp_path: Path) -> None:
@@ -74,7 +74,7 @@ def test_task_draw_matches_the_trainer_rollouts() -> None:
 @pytest.mark.parametrize(
     ("args", "match"),
     [
-        (["--env", "TurnRL/WikiTwoTurn-v9", "--model", "scripted:reference"], "Did you mean 'TurnRL/WikiTwoTurn-v1'"),
+        (["--env", "TurnRL/WikiTwoTurn-v9", "--model", "scripted:reference"], "Did you mean 'TurnRL/WikiTwoTurn-v2'"),
         (["--env", "TurnRL/Sokoban-v1"], "--model is required"),
         (["--env", "TurnRL/Sokoban-v1", "--model", "http://127.0.0.1:8000/v1"], "URL#MODEL"),
         (["--env", "TurnRL/Sokoban-v1", "--model", "scripted:bfs", "--episodes", "0"], "--episodes 0 must be >= 1"),
@@ -124,12 +124,12 @@ def test_tables_keep_older_version_rows_of_models_not_rerun_and_mark_them(tmp_pa
                          "2026-01-01", 4, 1, 0.0, 0, 0, {"success": metric}, 1.0)  # fmt: skip
 
     results = tmp_path / "results"
-    append_row(results, row(0, "scripted:bfs", 0.25))  # re-run on v1 below: left out
-    append_row(results, row(0, "smollm2", 0.125))  # not re-run: kept, marked as older
-    append_row(results, row(1, "scripted:bfs", 0.75))
-    text = render_sections(results, ["TurnRL/Sokoban-v1"])
-    assert "| `scripted:bfs` | scripted | v1 | 0.750 [0.750, 0.750]" in text
-    assert "| `smollm2` | scripted | v0 (older) | 0.125 [0.125, 0.125]" in text
+    append_row(results, row(1, "scripted:bfs", 0.25))  # re-run on v2 below: left out
+    append_row(results, row(1, "smollm2", 0.125))  # not re-run: kept, marked as older
+    append_row(results, row(2, "scripted:bfs", 0.75))
+    text = render_sections(results, ["TurnRL/Sokoban-v2"])
+    assert "| `scripted:bfs` | scripted | v2 | 0.750 [0.750, 0.750]" in text
+    assert "| `smollm2` | scripted | v1 (older) | 0.125 [0.125, 0.125]" in text
     assert "0.250" not in text
 
 

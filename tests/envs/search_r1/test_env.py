@@ -73,7 +73,7 @@ def test_table3_correct_format(make):
     ]
     assert [round(s[1], 10) for s in steps] == [0.0, -0.1, 1.0]
     assert [s[2] for s in steps] == [False, False, True]
-    info = steps[-1][4]["episode"]
+    info = steps[-1][4]["episode_metrics"]
     assert info["env/answer_correct"] == info["env/format_correct"] == 1.0
     assert info["env/retrieval_correct"] == 0.0 and info["env/searches"] == 2.0
     assert math.isclose(info["env/return"], 0.9)
@@ -92,7 +92,7 @@ def test_table4_budget_spent_without_answer(make):
         {"outcome": -1.0},  # the 4th turn is the last: its search is not run; no answer = broken format
     ]
     assert steps[-1][0] == [] and steps[-1][2] is True and steps[-1][4]["budget_spent"] is True
-    ep = steps[-1][4]["episode"]
+    ep = steps[-1][4]["episode_metrics"]
     assert ep["env/format_correct"] == 0.0 and ep["env/answered"] == 0.0 and ep["env/searches"] == 3.0
     assert math.isclose(ep["env/return"], -1.3)
 
@@ -116,7 +116,7 @@ def test_search_penalty_counts_searches_so_far(make):
         {"outcome": 1.0},
     ]
     assert steps[1][0] == [{"role": "user", "content": INVALID_ACTION}]
-    ep = steps[-1][4]["episode"]
+    ep = steps[-1][4]["episode_metrics"]
     assert ep["env/searches"] == 3.0 and ep["env/invalid_turns"] == 1.0 and ep["env/format_correct"] == 0.0
     assert ep["env/answer_correct"] == 1.0
 
@@ -134,7 +134,7 @@ def test_retrieval_reward_when_gold_is_retrieved(make):
         env, ["<think> t </think><search> gems Bay of Bengal </search>", "<think> t </think><answer>Sri Lanka</answer>"]
     )
     assert components(steps) == [{"retrieval": 0.3, "format": 0.1, "search_count": -0.1}, {"outcome": 1.0}]
-    assert steps[-1][4]["episode"]["env/retrieval_correct"] == 1.0
+    assert steps[-1][4]["episode_metrics"]["env/retrieval_correct"] == 1.0
 
 
 def test_labels_and_no_results_message_earn_no_retrieval_reward(make):
@@ -148,7 +148,7 @@ def test_labels_and_no_results_message_earn_no_retrieval_reward(make):
         ["<think> t </think><search></search>", "<think> t </think><answer>no</answer>"],
     )
     assert steps[0][0][0]["content"] == f"<information>{NO_RESULTS}</information>"
-    assert components(steps)[0]["retrieval"] == 0.0 and steps[1][4]["episode"]["env/retrieval_correct"] == 0.0
+    assert components(steps)[0]["retrieval"] == 0.0 and steps[1][4]["episode_metrics"]["env/retrieval_correct"] == 0.0
 
 
 def test_retrieved_content_is_capped_and_scored_as_shown(make):
@@ -195,8 +195,8 @@ def test_answer_edge_cases(make):
     env = make()
     assert play(env, ["<think> t </think><answer> Elizabeth </answer>"])[0][1] == 0.2
     steps = play(env, ["<answer> Charles, Prince of Wales </answer>"])  # right answer, broken format
-    assert steps[0][1] == -1.0 and steps[0][4]["episode"]["env/answer_correct"] == 1.0
-    assert steps[0][4]["episode"]["env/format_correct"] == 0.0
+    assert steps[0][1] == -1.0 and steps[0][4]["episode_metrics"]["env/answer_correct"] == 1.0
+    assert steps[0][4]["episode_metrics"]["env/format_correct"] == 0.0
 
 
 def test_empty_query_is_a_search_that_finds_nothing(make):
@@ -331,6 +331,6 @@ def test_fuzz_step(make, turns):
             assert math.isclose(comps["search_count"], -0.1 * env._searches)
         assert terminated == (info["action"] == "answer" or i + 1 == 4)
         if terminated:
-            assert msgs == [] and set(comps) == {"outcome"} and "episode" in info
+            assert msgs == [] and set(comps) == {"outcome"} and "episode_metrics" in info
             break
         assert len(msgs) == 1 and msgs[0]["role"] == "user"
