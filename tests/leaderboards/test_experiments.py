@@ -23,29 +23,32 @@ import pytest
 
 from agentgym_turn.error import DataNotFound, InvalidArgument
 from leaderboards.evaluate import git_dirty
-from leaderboards.experiments import (
-    DONE,
-    _config_of,
-    _start_record,
+from leaderboards.experiments import main
+from leaderboards.report import (
     aggregate,
-    build_check_seeds,
-    call_logged,
+    arm_metric,
     curves,
-    flags,
-    load_spec,
-    main,
     paired_delta,
     paper_name,
-    precision_warning,
     render_table,
     seed_band,
-    select_runs,
     stage_figures,
+)
+from leaderboards.runner import (
+    DONE,
+    _start_record,
+    build_check_seeds,
+    call_logged,
+    precision_warning,
+    select_runs,
+    status,
     train_command,
 )
+from leaderboards.spec import _config_of, load_spec
 from leaderboards.tables import ResultRow, append_row
 from tests.leaderboards.conftest import launch_in_process, write_tiny_spec
 from trainers.checkpoint import latest_checkpoint, policy_folder
+from trainers.config import render_flags
 from trainers.metrics import peak_memory_gib
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,7 +61,7 @@ def _write(path: Path, text: str) -> Path:
 
 
 def test_flags_render_toml_values_as_cli_options():
-    assert flags({"tasks_per_step": 4, "tree": True, "bf16": False, "env": ["a", "b"], "value_clip": None}) == [
+    assert render_flags({"tasks_per_step": 4, "tree": True, "bf16": False, "env": ["a", "b"], "value_clip": None}) == [
         "--tasks-per-step", "4", "--tree", "--no-bf16", "--env", "a", "b", "--value-clip", "none",
     ]  # fmt: skip
 
@@ -115,7 +118,9 @@ def test_extends_takes_the_other_specs_keys_and_merges_budget_eval_and_arms(tmp_
 
 def test_committed_specs_load_and_compare_the_papers_strategies():
     specs = {p.stem: load_spec(p) for p in sorted((REPO / "experiments").glob("*.toml"))}
+    credit = ["grpo_or", "grpo_mr", "mt_grpo", "gigpo"]  # issue 49: the credit comparison, per-seed warm starts
     assert {s: [a.strategy for a in spec.arms if a.stage == 1] for s, spec in specs.items()} == {
+        **{key: credit for key in ("credit_chain", "credit_chain_h2", "credit_chain_h8", "wiki_credit")},
         "searchr1_recipe": ["mt_grpo"],
         "sokoban_mtppo": ["ppo_or", "ppo_mr", "mt_ppo"],
         "sokoban_mtppo_bfs64": ["ppo_or", "ppo_mr", "mt_ppo"],
@@ -125,6 +130,7 @@ def test_committed_specs_load_and_compare_the_papers_strategies():
         "wiki_recipe_sweep": ["mt_grpo"],  # issue 26: the recipe (lr 1e-5) at three seeds
     }
     assert {s: [a.strategy for a in spec.arms if a.stage == 2] for s, spec in specs.items()} == {
+        **{key: [] for key in ("credit_chain", "credit_chain_h2", "credit_chain_h8", "wiki_credit")},
         "searchr1_recipe": ["mt_grpo"] * 5,  # refill8 (8 rounds, 12 steps), its lr sweep, refill8_1epoch, refill8_g8
         "sokoban_mtppo": [],  # its warm start never succeeds: stage 2 is played from the stronger one below
         "sokoban_mtppo_bfs64": ["turn_ppo", "gigpo"],  # issue 15: newer credit assignment, after the papers' arms
@@ -151,10 +157,10 @@ def test_committed_specs_load_and_compare_the_papers_strategies():
         for name, cfg in compared.items():  # same episodes a step, steps, epochs, learning rate
             assert (cfg.steps, cfg.tasks_per_step * cfg.group_size, cfg.ppo_epochs, cfg.lr) == (10, 32, 2, 1e-5), name
             assert cfg.algo == ("ppo" if "ppo" in name else "grpo") and cfg.kl_coef == 0.0
-            assert cfg.dynamic_sampling == (cfg.algo == "grpo") and not cfg.scale_by_std  # GiGPO: mean-only
+            assert cfg.dynamic_sampling == (cfg.algo == "grpo") and not cfg.credit_cfg.scale_by_std  # GiGPO
     disc = _config_of(specs["wiki_mtgrpo"], next(r for r in specs["wiki_mtgrpo"].runs(Path("runs"))
                                                  if r.arm.name == "mt_grpo_disc"), None)  # fmt: skip
-    assert disc.strategy == "mt_grpo" and disc.turn_gamma == 0.5
+    assert disc.strategy == "mt_grpo" and disc.credit_cfg.turn_gamma == 0.5
     assert [len(specs[s].seeds) for s in ("sokoban_mtppo", "sokoban_mtppo_bfs64", "wiki_mtgrpo", "wiki_mtppo")] == [
         2, 2, 3, 3]  # fmt: skip
     for name, spec in specs.items():  # one budget for every arm: the papers' arms override nothing but their strategy
@@ -170,6 +176,16 @@ def test_committed_specs_load_and_compare_the_papers_strategies():
     ppo = _config_of(sokoban, sokoban_runs["mt_ppo"], None)
     assert cfg.algo == "grpo" and ppo.algo == "ppo" and gigpo.overrides == {"tasks_per_step": 1, "group_size": 4}
     assert cfg.tasks_per_step * cfg.group_size == ppo.tasks_per_step * ppo.group_size  # same episodes a step
+
+    for name, horizon in (("credit_chain", 4), ("credit_chain_h2", 2), ("credit_chain_h8", 8)):  # issue 49
+        spec = specs[name]
+        cfg = _config_of(spec, spec.runs(Path("runs"))[0], None)
+        assert spec.warm_start.per_seed and spec.eval.tasks == 48 and cfg.max_turns == horizon and cfg.steps == 20
+        assert spec.eval.env_kwargs == {"preset": "noisy_outcome", "horizon": horizon}
+        assert cfg.env_kwarg == spec.warm_start.args["env_kwarg"] == ["preset=noisy_outcome", f"horizon={horizon}"]
+    wiki = specs["wiki_credit"]  # the recipe's budget, from per-seed exploring cold starts
+    assert wiki.warm_start.per_seed and wiki.env == ("TurnRL/WikiTwoTurn-v2",) and "policy" not in wiki.warm_start.args
+    assert wiki.budget == {**specs["wiki_recipe_sweep"].budget, "lr": 1e-5} and wiki.eval.tasks == 64
 
 
 def test_tables_show_the_papers_reported_rows_beside_the_arms_that_ran():
@@ -213,8 +229,8 @@ def test_paired_delta_by_hand_and_its_bootstrap_over_seeds_and_tasks():
 
 def test_arm_seeds_and_only_pick_runs_and_name_the_grid_on_a_typo(tmp_path, capsys):
     spec = load_spec(_write(tmp_path / "s.toml", f'name = "g"\ntrainer = "grpo"\nenv = "{ENV}"\nseeds = [0, 1, 2]\n'
-                            '[arms.main]\nstrategy = "grpo_or"\n[arms.sweep]\nstrategy = "grpo_or"\nlr = 2e-5\n'
-                            'stage = 2\nseeds = [1]\n'))  # fmt: skip
+                            '[budget]\nsft_episodes = 0\n[arms.main]\nstrategy = "grpo_or"\n[arms.sweep]\n'
+                            'strategy = "grpo_or"\nlr = 2e-5\nstage = 2\nseeds = [1]\n'))  # fmt: skip
     names = [f"{r.arm.name}/seed{r.seed}" for r in spec.runs(tmp_path)]
     assert names == ["main/seed0", "main/seed1", "main/seed2", "sweep/seed1"]
     assert [r.seed for r in select_runs(spec, tmp_path, ["main"])] == [0, 1, 2]
@@ -281,6 +297,143 @@ def test_aggregate_gives_each_seeds_paired_change_beside_the_arms(tmp_path):
     assert table["c"]["paired_versus"]["estimate"] == pytest.approx((-0.5 + 0.25) / 2)
 
 
+def test_the_held_out_interval_resamples_seeds_then_tasks():
+    # two seeds that both score 0.5: a bootstrap over the seed means alone gives no width at all
+    assert seed_band([0.5, 0.5]) == (0.5, 0.5, 0.5)
+    rows = [{"estimate": 0.5, "low": 0.0, "high": 1.0}] * 2
+    tasks = [{0: 1.0, 1: 0.0, 2: 1.0, 3: 0.0}, {0: 0.0, 1: 1.0, 2: 0.0, 3: 1.0}]
+    m = arm_metric(rows, tasks)
+    # by hand: seeds drawn, then one task draw for the drawn seeds (the seeds share the held-out tasks)
+    rng, values, boots = np.random.default_rng(0), np.array([[tasks[s][t] for t in range(4)] for s in (0, 1)]), []
+    for _ in range(2000):
+        seeds, picked = rng.integers(0, 2, 2), rng.integers(0, 4, 4)
+        boots.append(np.mean([values[s, t] for s in seeds for t in picked]))
+    low, high = np.quantile(boots, [0.025, 0.975])
+    assert m == {"estimate": 0.5, "low": pytest.approx(low), "high": pytest.approx(high), "seeds": 2,
+                 "ci": "seeds+tasks"}  # fmt: skip
+    assert m["low"] < 0.3 and m["high"] == 1.0  # one seed drawn twice: its tasks decide
+    assert arm_metric(rows[:1]) == {**rows[0], "seeds": 1, "ci": "tasks"}  # a single run: its CI over tasks
+    none = arm_metric(rows)  # several seeds without transcripts: the mean, and no interval claimed
+    assert (none["estimate"], none["low"], none["high"], none["ci"]) == (0.5, None, None, "none")
+    spec = load_spec(REPO / "experiments" / "wiki_mtgrpo.toml")
+    assert "| a | 2 | 0.500 [no CI] |" in render_table(spec, {"a": {"runs": 2, "exact_match": none}})
+    with pytest.raises(InvalidArgument, match="the same tasks"):
+        arm_metric(rows, [tasks[0], {0: 1.0}])
+    with pytest.raises(InvalidArgument, match=r"row says 0\.25 but its transcripts give 0\.5"):
+        arm_metric([{"estimate": 0.25, "low": 0.0, "high": 1.0}, rows[1]], tasks)
+
+
+def test_aggregate_shows_the_credit_signal_beside_each_arm(tmp_path):
+    spec = load_spec(_write(tmp_path / "s.toml", f'name = "cr"\ntrainer = "grpo"\nenv = "{ENV}"\nseeds = [0, 1]\n'
+                            '[budget]\nsft_episodes = 0\n[arms.a]\nstrategy = "mt_grpo"\n[arms.b]\n'
+                            'strategy = "grpo_or"\n'))  # fmt: skip
+    root = tmp_path / "runs"
+    logged = [  # per seed: (step 1, step 2) of turn-1 reward varies, turn-1 distinct actions, adv differs
+        [(0.5, 0.25, 0.1), (1.0, 0.5, 0.3)],
+        [(0.0, 0.75, 0.0), (0.0, 0.5, 0.0)],
+    ]
+    for seed, steps in enumerate(logged):
+        rows = [{"step": 0, "eval/env/success": 0.5}] + [
+            {"step": k + 1, "credit/turn1_reward_varies": v, "credit/turn1_distinct_actions": d,
+             "credit/adv_differs_from_grpo_or": a, "credit/turn1_groups": 2} for k, (v, d, a) in enumerate(steps)
+        ]  # fmt: skip
+        _fake_run(root / "cr" / "a" / f"seed{seed}", seed, 0.5, rows)
+        _fake_run(root / "cr" / "b" / f"seed{seed}", seed, 0.5, [{"step": 1}])  # logged before the instruments
+    table = aggregate(spec, root, tmp_path / "agg")
+    assert table["a"]["credit"] == pytest.approx({
+        "turn-1 reward varies, step 1": 0.25,  # (0.5 + 0.0) / 2
+        "turn-1 reward varies, run mean": 0.375,  # (0.75 + 0.0) / 2
+        "turn-1 distinct actions, step 1": 0.5,  # (0.25 + 0.75) / 2
+        "adv differs from GRPO-OR, run mean": 0.1,  # (0.2 + 0.0) / 2
+    })  # fmt: skip
+    assert table["b"]["credit"] == {}
+    md = (tmp_path / "agg" / "table.md").read_text()
+    assert "| arm | turn-1 reward varies, step 1 | turn-1 reward varies, run mean |" in md
+    assert "| a | 0.250 | 0.375 | 0.500 | 0.100 |" in md and "| b | - | - | - | - |" in md
+    rows = {(r["arm"], r["seed"]): r for r in map(json.loads, (tmp_path / "agg" / "runs.jsonl").open())}
+    assert rows[("a", 0)]["credit"]["turn-1 reward varies, run mean"] == 0.75 and rows[("b", 1)]["credit"] == {}
+
+
+def test_per_seed_warm_starts_start_each_seed_and_pair_with_it(tmp_path):
+    text = (f'name = "ps"\ntrainer = "grpo"\nenv = "{ENV}"\nseeds = [0, 1]\n[warm_start]\nper_seed = true\n'
+            'check_seeds = [2]\n[warm_start.args]\nepisodes = 4\n[budget]\nsft_episodes = 0\n[eval]\ntasks = 4\n'
+            'paired = "env/success"\n[arms.a]\nstrategy = "grpo_or"\n')  # fmt: skip
+    spec = load_spec(_write(tmp_path / "s.toml", text))
+    root = tmp_path / "runs"
+    assert [(k, p.name) for k, p in spec.check_dirs(root)] == [(1, "warm_start_seed1"), (2, "warm_start_seed2")]
+    runs = spec.runs(root)
+    assert [spec.start_dir(r, root).name for r in runs] == ["warm_start", "warm_start_seed1"]
+    cmd = train_command(spec, runs[1], spec.start_dir(runs[1], root))
+    assert cmd[cmd.index("--init") + 1] == str(root / "ps" / "warm_start_seed1")
+    assert [name for name, _state, _steps in status(spec, root)] == [
+        "warm_start", "warm_start_seed1", "warm_start_seed2", "a/seed0", "a/seed1"
+    ]  # fmt: skip
+    assert select_runs(spec, root, ["warm_start_seed1"]) == []  # --only can name it
+
+    built: list[str] = []
+
+    def refuse(command: list[str], log: Path) -> int:  # records what would be built, builds nothing
+        built.append(Path(command[command.index("--out-dir") + 1]).name)
+        return 1
+
+    with pytest.raises(RuntimeError):
+        build_check_seeds(spec, root, launch=refuse)  # the check seed now; seed 1's before its first run
+    with pytest.raises(RuntimeError):
+        build_check_seeds(spec, root, ["warm_start_seed1"], launch=refuse)
+    assert built == ["warm_start_seed2", "warm_start_seed1"]
+    shutil.rmtree(root)
+    with pytest.raises(InvalidArgument, match="per_seed='yes' must be true"):
+        load_spec(_write(tmp_path / "bad.toml", text.replace("per_seed = true", 'per_seed = "yes"')))
+
+    # each run's paired change is from its own warm start; the per-seed warm starts get a row of their own
+    for k, (warm, run) in enumerate([([0.0, 1.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]), ([1.0] * 4, [1.0] * 4)]):
+        _fake_run(spec.warm_dir(root, k), k, float(np.mean(warm)), [{"step": 1}])
+        _transcripts(spec.warm_dir(root, k), warm)
+        _fake_run(runs[k].out_dir, k, float(np.mean(run)), [{"step": 1}])
+        _transcripts(runs[k].out_dir, run)
+    table = aggregate(spec, root, tmp_path / "agg")
+    assert dict(table["a"]["paired_per_seed"])[1]["estimate"] == 0.0  # not +0.75: seed 1 started at 1.0
+    assert table["a"]["paired_delta"]["estimate"] == 0.125 and table["a"]["paired_delta"]["seeds"] == 2
+    ws = table["warm start, per seed"]
+    assert ws["runs"] == 2 and ws["success"]["estimate"] == 0.625 and ws["success"]["ci"] == "seeds+tasks"
+    rows = [(r["arm"], r["seed"]) for r in map(json.loads, (tmp_path / "agg" / "runs.jsonl").open())]
+    assert rows == [("warm start", 0), ("warm start, seed 1", 1), ("a", 0), ("a", 1)]  # each run once
+    assert "the mean change from the warm start each seed started from" in (tmp_path / "agg" / "table.md").read_text()
+
+
+@pytest.mark.slow
+def test_per_seed_warm_starts_played_in_process(tmp_path, tiny_model_dir):
+    """A two-seed grid with per-seed warm starts, played by the runner: seed 1's warm start is built (at seed 1)
+    right before seed 1's run, which starts from it; a second ``run`` plays nothing."""
+    text = write_tiny_spec(tmp_path / "tiny.toml", tiny_model_dir, steps=1).read_text()
+    text = text.replace("seeds = [0]", "seeds = [0, 1]").replace("[warm_start]\n", "[warm_start]\nper_seed = true\n")
+    spec = _write(tmp_path / "ps.toml", text.replace("[budget]\n", "[budget]\nsft_episodes = 0\n"))
+    runs = tmp_path / "runs"
+    launched: list[tuple[str, str]] = []
+
+    def recorded(command: list[str], log: Path) -> int:
+        out = (
+            command[command.index("--out-dir") + 1] if "--out-dir" in command else command[command.index("--model") + 1]
+        )
+        launched.append((command[2], Path(out).relative_to(runs / "tiny").parts[0]))
+        return launch_in_process(command, log)
+
+    assert main(["run", str(spec), "--runs-dir", str(runs)], launch=recorded) == 0
+    assert launched == [("trainers.sft", "warm_start"), ("leaderboards.evaluate", "warm_start"),
+                        ("trainers.grpo", "or"), ("leaderboards.evaluate", "or"),
+                        ("trainers.sft", "warm_start_seed1"), ("leaderboards.evaluate", "warm_start_seed1"),
+                        ("trainers.grpo", "or"), ("leaderboards.evaluate", "or")]  # fmt: skip
+    warm1 = json.loads((runs / "tiny" / "warm_start_seed1" / "run.json").read_text())["command"]
+    assert warm1[warm1.index("--seed") + 1] == "1"
+    seed1 = json.loads((runs / "tiny" / "or" / "seed1" / "config.json").read_text())
+    assert seed1["init"] == str(runs / "tiny" / "warm_start_seed1")
+    launched.clear()
+    assert main(["run", str(spec), "--runs-dir", str(runs)], launch=recorded) == 0 and launched == []
+    table = aggregate(load_spec(spec), runs, tmp_path / "agg")
+    assert table["warm start, per seed"]["runs"] == 2 and table["or"]["success"]["ci"] == "seeds+tasks"
+    assert [seed for seed, _m in table["or"]["paired_per_seed"]] == [0, 1]
+
+
 def test_a_changed_spec_refuses_to_resume_a_started_run(tmp_path):
     _start_record(tmp_path, {"arm": "a"}, ["python", "-m", "trainers.grpo", "--steps", "4"])
     _start_record(tmp_path, {"arm": "a"}, ["python", "-m", "trainers.grpo", "--steps", "4"])
@@ -304,7 +457,7 @@ def test_an_attempt_from_uncommitted_code_names_the_changed_files(tmp_path, monk
     (repo / "new.py").write_text("")  # untracked: not part of what a run imports from the commit
     assert git_dirty(repo) == ["notes.md", "rl.py"]
     assert git_dirty(tmp_path / "nowhere") == []
-    monkeypatch.setattr("leaderboards.experiments.git_dirty", lambda: git_dirty(repo))
+    monkeypatch.setattr("leaderboards.runner.git_dirty", lambda: git_dirty(repo))
     _start_record(tmp_path / "run", {"arm": "a"}, ["python", "-m", "trainers.grpo"])
     attempt = json.loads((tmp_path / "run" / "run.json").read_text())["attempts"][0]
     assert attempt["uncommitted_code"] == ["rl.py"]  # docs and results left out
@@ -342,11 +495,12 @@ def test_aggregate_bands_tables_and_rows_from_written_metric_files(tmp_path):
         steps = [{"step": s, "reward/answer": em * s, "rollout/seconds": 2.0, "perf/step_seconds": 3.0,
                   "rollout/tokens_per_s": 100.0 + seed, "perf/peak_memory_gib": 1.0 + s} for s in (1, 2)]  # fmt: skip
         _fake_run(root / "cmp" / "a" / f"seed{seed}", seed, em, steps)
+        _transcripts(root / "cmp" / "a" / f"seed{seed}", [em] * 4)  # 4 tasks alike: only the seeds vary
     _fake_run(root / "cmp" / "b" / "seed0", 0, 0.5, [{"step": 1, "reward/answer": 0.5}])
     (root / "cmp" / "b" / "seed1").mkdir(parents=True)
     (root / "cmp" / "b" / "seed1" / "run.json").write_text("{}")  # started, not done: left out
     table = aggregate(spec, root, tmp_path / "agg")
-    assert table["a"]["success"] == {"estimate": 0.25, "low": 0.0, "high": 0.75, "seeds": 4, "ci": "seeds"}
+    assert table["a"]["success"] == {"estimate": 0.25, "low": 0.0, "high": 0.75, "seeds": 4, "ci": "seeds+tasks"}
     assert table["b"]["success"] == {"estimate": 0.5, "low": 0.4, "high": 0.6, "seeds": 1, "ci": "tasks"}
     assert table["a"]["rollout s"] == 4.0 and table["a"]["wall s"] == 6.0
     assert table["a"]["rollout tok/s"] == pytest.approx(101.5) and table["a"]["peak mem GiB"] == 3.0
@@ -532,9 +686,9 @@ def test_peak_memory_counts_this_process_and_its_children():
 
 
 def test_a_grid_with_stages_draws_each_stage_beside_the_versus_arm(tmp_path):
-    text = (f'name = "st"\ntrainer = "grpo"\nenv = "{ENV}"\nseeds = [0, 1]\n[eval]\ntasks = 4\n'
-            'paired = "env/success"\nversus = "a"\n[arms.a]\nstrategy = "mt_grpo"\n[arms.b]\nstrategy = "grpo_or"\n'
-            'stage = 2\n[arms.c]\nstrategy = "grpo_mr"\nstage = 3\n')  # fmt: skip
+    text = (f'name = "st"\ntrainer = "grpo"\nenv = "{ENV}"\nseeds = [0, 1]\n[budget]\nsft_episodes = 0\n'
+            '[eval]\ntasks = 4\npaired = "env/success"\nversus = "a"\n[arms.a]\nstrategy = "mt_grpo"\n[arms.b]\n'
+            'strategy = "grpo_or"\nstage = 2\n[arms.c]\nstrategy = "grpo_mr"\nstage = 3\n')  # fmt: skip
     spec = load_spec(_write(tmp_path / "s.toml", text))
     runs = {(arm, seed): [{"step": 1, "eval/env/success": 0.5}] for arm in "abc" for seed in (0, 1)}
     figures = stage_figures(spec, runs)
@@ -550,6 +704,9 @@ def test_a_grid_with_stages_draws_each_stage_beside_the_versus_arm(tmp_path):
     assert {p.name for p in (tmp_path / "agg").glob("curves_eval*.png")} == {
         "curves_eval.png", "curves_eval_stage2.png", "curves_eval_stage3.png"
     }  # fmt: skip
-    one = f'name = "o"\ntrainer = "grpo"\nenv = "{ENV}"\nseeds = [0]\n[arms.a]\nstrategy = "mt_grpo"\n'
+    one = (
+        f'name = "o"\ntrainer = "grpo"\nenv = "{ENV}"\nseeds = [0]\n[budget]\nsft_episodes = 0\n'
+        '[arms.a]\nstrategy = "mt_grpo"\n'
+    )
     one_stage = load_spec(_write(tmp_path / "one.toml", one + '[arms.b]\nstrategy = "grpo_or"\n'))
     assert [(s, t, len(r)) for s, t, r in stage_figures(one_stage, runs)] == [("", "", 6)]
