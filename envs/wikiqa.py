@@ -492,11 +492,12 @@ def relation_to(text: str, name: str) -> str | None:
 
 
 def bridge_roles(
-    a: Document, a_name: str, mentioned: Sequence[str], types: Mapping[str, str | None], *, by_type: bool = False
+    a: Document, a_name: str, mentioned: Sequence[str], types: Mapping[str, str | None], *, where: str = "lead of"
 ) -> Iterator[tuple[str, str]]:
     """``(title of B, how a question names B through A)`` for the entities A's lead mentions, A being called
     ``a_name`` (its own name, or its role through an earlier article): a person by the relation the lead states,
-    a capital, the one country A lies in; ``by_type``: also an entity that is the only one of its type A mentions."""
+    a capital, the one country A lies in, else the only entity of its type A mentions ("the city mentioned in the
+    Wikipedia <where> A": ``"lead of"`` in facts-v1's two-hop questions, ``"article on"`` in SearchR1's multi-hop)."""
     counts = Counter(types.get(t) for t in mentioned)
     for b in mentioned:
         rel = relation_to(a.text, b)
@@ -507,8 +508,8 @@ def bridge_roles(
         elif types.get(b) == "country" and re.search(r"\b(?:located |situated )?in (?:the )?" + re.escape(b), a.text):
             if counts["country"] == 1:
                 yield b, f"the country where {a_name} is located"
-        elif by_type and types.get(b) and counts[types.get(b)] == 1:
-            yield b, f"the {types[b]} mentioned in the Wikipedia article on {a_name}"
+        elif types.get(b) and counts[types.get(b)] == 1:
+            yield b, f"the {types[b]} mentioned in the Wikipedia {where} {a_name}"
 
 
 #: Fact kinds that read well about a bridge entity (the others name it in a way that gives the question away).

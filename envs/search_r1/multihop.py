@@ -99,7 +99,7 @@ def chain_candidates(docs: Sequence[Document], hops: int, *, per_source: int = 4
     named = {d.title: mentions(d, first_word) for d in docs}
 
     def paths(doc: Document, name: str, left: int, seen: tuple[str, ...]) -> Iterator[tuple[list[str], str]]:
-        for b, role in bridge_roles(doc, name, named[doc.title], types, by_type=True):
+        for b, role in bridge_roles(doc, name, named[doc.title], types, where="article on"):
             if b in seen:
                 continue
             if left == 1:
