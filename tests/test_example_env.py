@@ -78,15 +78,19 @@ def test_a_user_trains_the_example_with_three_strategies_from_its_folder(tmp_pat
     """As the README says: from examples/, ``python -m trainers.grpo --env my_pkg:MyPkg/GuessNumber-v0`` with a
     cold start and the held-out evaluation before and after (SmolLM2-135M, a step each; ~20 s a strategy here)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES), str(REPO)])}  # REPO: as if pip-installed
-    for strategy in ("mt_grpo", "grpo_or", "gigpo"):
-        t0 = time.perf_counter()
+    t0 = time.perf_counter()
+    runs = {}
+    for strategy in ("mt_grpo", "grpo_or", "gigpo"):  # side by side, one thread each (model loading dominates)
         args = [sys.executable, "-m", "trainers.grpo", "--env", ENV, "--strategy", strategy, "--steps", "1",
                 "--tasks-per-step", "1", "--group-size", "2", "--eval-every", "1", "--eval-tasks", "2",
                 "--sft-episodes", "2", "--sft-batch-episodes", "2", "--sft-epochs", "1", "--max-new-tokens", "16",
                 "--max-context", "512", "--max-turns", "3", "--engine", "transformers", "--trace-every", "0",
-                "--threads", "2", "--out-dir", str(tmp_path / strategy)]  # fmt: skip
-        out = subprocess.run(args, cwd=EXAMPLES, env=env, capture_output=True, text=True, timeout=600)
-        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
-        assert "[rl] cold start: 2 scripted episodes (scripted:reference)" in out.stdout
-        assert "held-out env/solved (2 tasks, greedy): step 0" in out.stdout and "-> step 1" in out.stdout
-        print(f"{strategy}: {time.perf_counter() - t0:.0f} s")
+                "--threads", "1", "--out-dir", str(tmp_path / strategy)]  # fmt: skip
+        runs[strategy] = subprocess.Popen(args, cwd=EXAMPLES, env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True)  # fmt: skip
+    for strategy, proc in runs.items():
+        stdout, stderr = proc.communicate(timeout=600)
+        assert proc.returncode == 0, f"{strategy}: " + stdout[-2000:] + stderr[-3000:]
+        assert "[rl] cold start: 2 scripted episodes (scripted:reference)" in stdout
+        assert "held-out env/solved (2 tasks, greedy): step 0" in stdout and "-> step 1" in stdout
+    print(f"three strategies: {time.perf_counter() - t0:.0f} s")
