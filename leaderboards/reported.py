@@ -136,7 +136,7 @@ def _tau_checked(model: str, retail: Passes, airline: Passes | None, source: str
 def _speech(mode: str, model: str, passes: tuple[float, float, float, float]) -> ReportedRow:
     return ReportedRow(
         "speech",
-        "TurnRL/TauRetailSpeech-v1",
+        "TurnRL/TauRetailSpeech-v2",
         model,
         "τ-bench retail test, LLM user (SeedTTS voice in speech mode)",
         "003 Table 3",
@@ -145,7 +145,7 @@ def _speech(mode: str, model: str, passes: tuple[float, float, float, float]) ->
     )
 
 
-_RETAIL, _AIRLINE = "TurnRL/TauRetail-v1", "TurnRL/TauAirline-v1"
+_RETAIL, _AIRLINE = "TurnRL/TauRetail-v2", "TurnRL/TauAirline-v2"
 
 REPORTED: list[ReportedRow] = [
     _wiki("Qwen2.5-7B-Base", 0.0559, 0.0934, 0.1562, 0.0469),

@@ -5,7 +5,7 @@ side is a cascade: recognise each audio user turn, then (by default) undo the sp
 :func:`envs.speech.spoken.from_spoken`, the inverse text normalisation a production recogniser applies::
 
     >>> import gymnasium as gym, agentgym_turn
-    >>> env = ASRCascade(gym.make("TurnRL/TauRetailSpeech-v1"))
+    >>> env = ASRCascade(gym.make("TurnRL/TauRetailSpeech-v2"))
     >>> messages, info = env.reset(seed=0, options={"task": {"id": "0"}})
     >>> heard = messages[1]["content"]                # 'Hi, you received your order #W2378156 and wish to ...'
     >>> "#W2378156" in heard and "19122" in heard     # the order number and zip code came through exactly

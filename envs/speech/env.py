@@ -6,7 +6,7 @@ synthesised by an offline voice (:mod:`envs.speech.tts`), optionally degraded to
 as an audio user message. Tool results stay text, so a rollout interleaves speech and text::
 
     >>> import gymnasium as gym, agentgym_turn
-    >>> env = gym.make("TurnRL/TauRetailSpeech-v1", voice="espeak")
+    >>> env = gym.make("TurnRL/TauRetailSpeech-v2", voice="espeak")
     >>> messages, info = env.reset(seed=0, options={"task": {"id": "0"}})
     >>> part = messages[1]["content"][0]
     >>> part["type"], part["sampling_rate"], part["audio"].dtype
@@ -170,9 +170,10 @@ class TauSpeechEnv(TauEnv):
     or ``max_turns`` agent turns). A reply that ends the episode is not synthesised.
 
     ## Arguments
-    ``gym.make("TurnRL/TauRetailSpeech-v1", voice="piper", telephone=False, authenticated=False,
-    asr_cascade=False, split="test", user="scripted", judge=None, max_turns=30)``;
-    ``TurnRL/TauAirlineSpeech-v1`` takes the same. Every :class:`~envs.tau.env.TauEnv` argument is accepted.
+    ``gym.make("TurnRL/TauRetailSpeech-v2", voice="piper", telephone=False, authenticated=False,
+    asr_cascade=False, split="train", disjoint_held_out=True, user="scripted", judge=None, max_turns=30)``;
+    ``TurnRL/TauAirlineSpeech-v2`` takes the same. Every :class:`~envs.tau.env.TauEnv` argument is accepted (the
+    held-out tasks: ``split="test"``).
     ``voice``: ``"piper"`` or ``"espeak"``; ``telephone``: 8 kHz μ-law channel; ``asr_cascade``: transcripts
     instead of audio (see Observation). ``authenticated=True`` is TARL's speech evaluation
     (§4.4): the authentication step is skipped by giving the agent the customer's profile (``get_user_details``
@@ -182,9 +183,11 @@ class TauSpeechEnv(TauEnv):
     ## Version History
     Each version's id makes it; the kwargs give the same env under the newest id (the airline ids alike):
 
-    * ``TurnRL/TauRetailSpeech-v0`` = ``gym.make("TurnRL/TauRetailSpeech-v1", user="scripted-v0")`` (it warns):
-      v0's customer, spoken; with ``judge=`` it pays v1's judge rewards.
-    * ``TurnRL/TauRetailSpeech-v1`` = ``gym.make("TurnRL/TauRetailSpeech-v1")``.
+    * ``TurnRL/TauRetailSpeech-v0`` = ``gym.make("TurnRL/TauRetailSpeech-v2", user="scripted-v0", split="test",
+      disjoint_held_out=False)`` (it warns): v0's customer, spoken; with ``judge=`` it pays v1's judge rewards.
+    * ``TurnRL/TauRetailSpeech-v1`` = ``gym.make("TurnRL/TauRetailSpeech-v2", split="test",
+      disjoint_held_out=False)`` (it warns).
+    * ``TurnRL/TauRetailSpeech-v2`` = ``gym.make("TurnRL/TauRetailSpeech-v2")``.
 
     * v0: initial version. Choices: SeedTTS (the paper's voice) is not available offline, so the customer speaks
       with a local piper voice whose two VITS noise scales are 0 (deterministic audio); ids are read in spoken
@@ -199,6 +202,11 @@ class TauSpeechEnv(TauEnv):
     * Every id, no version bump: the episode metrics moved from ``info["episode"]`` to ``info["episode_metrics"]``
       (:data:`agentgym_turn.core.EPISODE_METRICS_KEY`), so Gymnasium's ``RecordEpisodeStatistics`` can add its
       own ``info["episode"]``; rewards, tasks and the metrics themselves are unchanged.
+    * v2: the text env's v2: training no longer poses the held-out tasks. v0 and v1 defaulted to ``split="test"``,
+      their held-out split; v2 defaults to ``split="train"`` without the training tasks of a test task's family
+      (``disjoint_held_out=True``; retail 52 of 74 remain, airline 26 of 30), held-out ``test`` unchanged. TARL's
+      speech rollouts (003 §4.3) train on its synthesised retail tasks, not on τ-bench's, and evaluate on
+      τ-bench's retail test tasks.
     """
 
     shared_attributes: ClassVar[tuple[str, ...]] = (*TauEnv.shared_attributes, "_voice", "_recognizer")

