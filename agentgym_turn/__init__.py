@@ -6,9 +6,9 @@ Importing this package registers every ``TurnRL/...`` id with Gymnasium::
     import agentgym_turn
 
     gym.register_envs(agentgym_turn)
-    env = gym.make("TurnRL/WikiTwoTurn-v1")
+    env = gym.make("TurnRL/WikiTwoTurn-v2")
 
-Older ids stay registered (``TurnRL/WikiTwoTurn-v0`` is v1 with v0's kwargs) and warn when made; see
+Older ids stay registered (``TurnRL/WikiTwoTurn-v1`` is v2 with v1's kwargs) and warn when made; see
 :mod:`agentgym_turn.registration`, which also keeps each id's held-out tasks (:func:`held_out_kwargs`).
 
 This package is the contract (:class:`TurnEnv`) and the shared building blocks (parsing, answers, tools,

@@ -5,7 +5,7 @@ assistant's whole turn as one string and returns the environment's feedback mess
 results, user replies), or ``[]`` when the episode ends, with **this turn's** reward::
 
     >>> import gymnasium as gym, agentgym_turn
-    >>> env = gym.make("TurnRL/WikiTwoTurn-v1")
+    >>> env = gym.make("TurnRL/WikiTwoTurn-v2")
     >>> messages, info = env.reset(seed=0)
     >>> [m["role"] for m in messages]
     ['system', 'user']

@@ -1,6 +1,6 @@
 """Play a TurnRL env with one of its scripted policies and print what happened.
 
-    python -m agentgym_turn.play --env TurnRL/WikiTwoTurn-v1 --policy reference --episodes 20 --show 1
+    python -m agentgym_turn.play --env TurnRL/WikiTwoTurn-v2 --policy reference --episodes 20 --show 1
 
 Prints the first ``--show`` conversations in full, then the mean of every episode metric over ``--episodes``
 episodes (seeds ``seed``, ``seed+1``, ...). Useful to see an env's prompt, feedback and rewards without a model.
@@ -39,7 +39,7 @@ def format_episode(log: EpisodeLog) -> str:
 def main(argv: list[str] | None = None) -> dict[str, float]:
     """Run the CLI; return the mean episode metrics."""
     ap = argparse.ArgumentParser(prog="python -m agentgym_turn.play", description=__doc__.splitlines()[0])
-    ap.add_argument("--env", default="TurnRL/WikiTwoTurn-v1", help="a registered TurnRL id")
+    ap.add_argument("--env", default="TurnRL/WikiTwoTurn-v2", help="a registered TurnRL id")
     ap.add_argument("--policy", default="reference", help="the name of one of the env's scripted policies")
     ap.add_argument("--episodes", type=int, default=10, help="how many episodes to play")
     ap.add_argument("--seed", type=int, default=0, help="seed of the first episode")

@@ -77,17 +77,25 @@ _TAU_V0 = (
     "writes (v0's recited its scenario and said yes to every confirmation), and with a judge v1 pays raw per-turn "
     "scores as late rewards (a v0 id keeps v1's judge rewards)"
 )
-_SPEECH_V0 = f"{_TAU_V0}; the spoken turns follow the customer"
+_TAU_V2 = (
+    "v2 trains on split='train' by default, without the training tasks of a test task's family (v0 and v1 defaulted "
+    "to split='test', their held-out split, so a run without kwargs trained on the tasks it was scored on; 22 of "
+    "retail's 74 and 4 of airline's 30 training tasks share a gold write or their request with a test task), with "
+    "held-out tasks, rewards and customer unchanged"
+)
+_SPEECH_V0 = f"{_TAU_V0}; the spoken turns follow the customer; {_TAU_V2}"
+#: what makes v0/v1 of a τ id: the held-out split as default, the training split as τ²-bench ships it
+_TAU_OLD = {"split": "test", "disjoint_held_out": False}
 
 #: id -> :class:`TurnRLSpec`; newest versions first, then the older ids that still make.
 ENV_SPECS: dict[str, TurnRLSpec] = {
     "TurnRL/WikiTwoTurn-v2": TurnRLSpec(_WIKI, held_out={"split": "validation"}),
     "TurnRL/SearchR1-v2": TurnRLSpec(_SEARCH, held_out={"dataset": "wiki", "split": "test"}),
     "TurnRL/Sokoban-v2": TurnRLSpec(_SOKOBAN, held_out=_SOKOBAN_HELD_OUT),
-    "TurnRL/TauRetail-v1": TurnRLSpec(_TAU, {"domain": "retail"}, _TAU_HELD_OUT),
-    "TurnRL/TauAirline-v1": TurnRLSpec(_TAU, {"domain": "airline"}, _TAU_HELD_OUT),
-    "TurnRL/TauRetailSpeech-v1": TurnRLSpec(_SPEECH, {"domain": "retail"}, {"split": "test"}),
-    "TurnRL/TauAirlineSpeech-v1": TurnRLSpec(_SPEECH, {"domain": "airline"}, {"split": "test"}),
+    "TurnRL/TauRetail-v2": TurnRLSpec(_TAU, {"domain": "retail"}, _TAU_HELD_OUT),
+    "TurnRL/TauAirline-v2": TurnRLSpec(_TAU, {"domain": "airline"}, _TAU_HELD_OUT),
+    "TurnRL/TauRetailSpeech-v2": TurnRLSpec(_SPEECH, {"domain": "retail"}, {"split": "test"}),
+    "TurnRL/TauAirlineSpeech-v2": TurnRLSpec(_SPEECH, {"domain": "airline"}, {"split": "test"}),
     "TurnRL/Arithmetic-v0": TurnRLSpec("envs.arithmetic:ArithmeticEnv"),
     "TurnRL/CreditChain-v0": TurnRLSpec("envs.credit_chain:CreditChainEnv", held_out={"split": "test"}),
     # ---- older versions: the newest env with the kwargs that give the old behaviour back
@@ -140,13 +148,21 @@ ENV_SPECS: dict[str, TurnRLSpec] = {
         outdated="v1's env/effective_action_rate counts pushes and the shortest walks to them (001 Fig. 7; v0 "
         f"counted every action that changed the state), with rewards, dynamics and rooms unchanged; {_SOKOBAN_V2}",
     ),
-    "TurnRL/TauRetail-v0": TurnRLSpec(_TAU, {"domain": "retail", "user": "scripted-v0"}, _TAU_HELD_OUT, _TAU_V0),
-    "TurnRL/TauAirline-v0": TurnRLSpec(_TAU, {"domain": "airline", "user": "scripted-v0"}, _TAU_HELD_OUT, _TAU_V0),
+    "TurnRL/TauRetail-v1": TurnRLSpec(_TAU, {"domain": "retail", **_TAU_OLD}, _TAU_HELD_OUT, _TAU_V2),
+    "TurnRL/TauAirline-v1": TurnRLSpec(_TAU, {"domain": "airline", **_TAU_OLD}, _TAU_HELD_OUT, _TAU_V2),
+    "TurnRL/TauRetailSpeech-v1": TurnRLSpec(_SPEECH, {"domain": "retail", **_TAU_OLD}, {"split": "test"}, _TAU_V2),
+    "TurnRL/TauAirlineSpeech-v1": TurnRLSpec(_SPEECH, {"domain": "airline", **_TAU_OLD}, {"split": "test"}, _TAU_V2),
+    "TurnRL/TauRetail-v0": TurnRLSpec(
+        _TAU, {"domain": "retail", "user": "scripted-v0", **_TAU_OLD}, _TAU_HELD_OUT, f"{_TAU_V0}; {_TAU_V2}"
+    ),
+    "TurnRL/TauAirline-v0": TurnRLSpec(
+        _TAU, {"domain": "airline", "user": "scripted-v0", **_TAU_OLD}, _TAU_HELD_OUT, f"{_TAU_V0}; {_TAU_V2}"
+    ),
     "TurnRL/TauRetailSpeech-v0": TurnRLSpec(
-        _SPEECH, {"domain": "retail", "user": "scripted-v0"}, {"split": "test"}, _SPEECH_V0
+        _SPEECH, {"domain": "retail", "user": "scripted-v0", **_TAU_OLD}, {"split": "test"}, _SPEECH_V0
     ),
     "TurnRL/TauAirlineSpeech-v0": TurnRLSpec(
-        _SPEECH, {"domain": "airline", "user": "scripted-v0"}, {"split": "test"}, _SPEECH_V0
+        _SPEECH, {"domain": "airline", "user": "scripted-v0", **_TAU_OLD}, {"split": "test"}, _SPEECH_V0
     ),
 }
 

@@ -1,4 +1,4 @@
-"""Benchmark of TurnRL/SearchR1-v1 (run: ``python bench/bench_search_r1.py [--dense-docs 300] [--llm-judge]``).
+"""Benchmark of TurnRL/SearchR1-v2 (run: ``python bench/bench_search_r1.py [--dense-docs 300] [--llm-judge]``).
 
 Measures, side by side in one run on this machine:
   * episodes/s (and env steps/s) of the ``oracle`` scripted policy on offline questions (single- and two-hop) for

@@ -1,4 +1,4 @@
-"""Benchmark TurnRL/Sokoban-v1 against gym-sokoban's own env, side by side in one run; and room generation.
+"""Benchmark TurnRL/Sokoban-v2 (6x6 rooms) against gym-sokoban's own env, side by side in one run; and room generation.
 
     python bench/bench_sokoban.py                 # ~1 minute (the first run also builds the reference venv)
     python bench/bench_sokoban.py --steps 500 --no-reference
@@ -161,7 +161,7 @@ def bench_ours(steps: int, seed: int) -> dict[str, float]:
     import agentgym_turn
 
     gym.register_envs(agentgym_turn)
-    env = gym.make("TurnRL/Sokoban-v1", max_turns=10**9)  # no budget end: time steps, not resets
+    env = gym.make("TurnRL/Sokoban-v2", dim=(6, 6), max_turns=10**9)  # gym-sokoban's room size; no budget end
     rng = np.random.default_rng(seed)
     env.reset(seed=seed)
     texts = []
@@ -222,7 +222,7 @@ def main() -> None:
 
     ours_steps = float(np.mean([ours_a["steps_per_s"], ours_b["steps_per_s"]]))
     ours_actions = float(np.mean([ours_a["actions_per_s"], ours_b["actions_per_s"]]))
-    print(f"TurnRL/Sokoban-v1 step (3-action turn as text): {ours_a['steps_per_s']:9.0f} / "
+    print(f"TurnRL/Sokoban-v2 step (3-action turn as text): {ours_a['steps_per_s']:9.0f} / "
           f"{ours_b['steps_per_s']:9.0f} steps/s (two runs), {ours_actions:9.0f} actions/s")  # fmt: skip
     if ref is not None:
         for mode in ("rgb_array", "tiny_rgb_array"):

@@ -17,7 +17,8 @@ over ``--rounds`` rounds on the same episodes and threads:
   picks on a CPU without bf16 kernels, see ``agentgym_turn.hardware.native_bf16``).
 
 Episodes come in groups of ``--group`` (a task's episodes share system prompt and question; different tasks share
-the system prompt), as an RL step's do.
+the system prompt), as an RL step's do. They are WikiTwoTurn-v2's training tasks, the same as v1's, on which the
+committed numbers were measured: the episodes are token for token those of v1.
 
 Reported: update tokens/s by wall clock and by process CPU time (the machine is shared: CPU time is the steadier
 of the two), the optimizer step's share, peak RSS, and each variant's median ratio to ``head`` and ``full-head``.
@@ -69,7 +70,7 @@ from trainers.rollout import EnvPool, RolloutConfig, collect, scripted_actor
 policy, tok = load_causal_lm("smollm2")
 place_model(policy, device)
 eos = tok.convert_tokens_to_ids("<|im_end|>")
-eps, _ = collect(EnvPool(["TurnRL/WikiTwoTurn-v1"]), scripted_actor(tok, eos, ["reference", "direct"], [0.7, 0.3]),
+eps, _ = collect(EnvPool(["TurnRL/WikiTwoTurn-v2"]), scripted_actor(tok, eos, ["reference", "direct"], [0.7, 0.3]),
                  tok, stop_token_ids(tok), RolloutConfig(256, 2048), num_tasks=episodes_n // group, group_size=group,
                  seed=0)
 lora = variant == "lora"

@@ -1,4 +1,4 @@
-"""Benchmark of TurnRL/WikiTwoTurn-v1 and its Lucene search (run: ``python bench/bench_wiki.py``).
+"""Benchmark of TurnRL/WikiTwoTurn-v2 and its Lucene search (run: ``python bench/bench_wiki.py``).
 
 Measures, in one run on this machine:
   * search latency p50/p95 (one query at a time) and batch throughput, on the questions of the validation split;
@@ -22,7 +22,7 @@ COLD = """
 import time, json
 t0 = time.perf_counter()
 import gymnasium as gym, agentgym_turn
-env = gym.make("TurnRL/WikiTwoTurn-v1")
+env = gym.make("TurnRL/WikiTwoTurn-v2")
 env.reset(seed=0)
 t1 = time.perf_counter()
 print(json.dumps({"cold_start_s": t1 - t0}))
@@ -82,7 +82,7 @@ def main() -> None:
     batch_qps = len(queries) / (time.perf_counter() - t)
 
     timed = TimedRetriever(retriever)
-    env = gym.make("TurnRL/WikiTwoTurn-v1", split="validation", retriever=timed)
+    env = gym.make("TurnRL/WikiTwoTurn-v2", split="validation", retriever=timed)
     policy = get_scripted_policy(env, "reference")
     n = 300
     t = time.perf_counter()

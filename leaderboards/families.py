@@ -192,13 +192,13 @@ FAMILIES: dict[str, Family] = {
         name="tau",
         title="τ-bench (TARL)",
         paper="003_… Tables 1–2 (without the output check) and Tables 6–7 (with it): pass^1..pass^4 in %",
-        env_ids=_every_version("TurnRL/TauRetail-v1", "TurnRL/TauAirline-v1"),
+        env_ids=_every_version("TurnRL/TauRetail-v2", "TurnRL/TauAirline-v2"),
         columns=_pass_columns(100.0),
         trials=4,
         temperature=1.0,
         max_turns=30,
         max_new_tokens=256,
-        env_kwargs=held_out_kwargs("TurnRL/TauRetail-v1"),
+        env_kwargs=held_out_kwargs("TurnRL/TauRetail-v2"),
         group_by=("output_check",),
         notes="Reported rows: Qwen3-8B (and GPT-4.1, xLAM-2-8B) with an LLM user simulator, up to 30 turns, all 115 "
         "retail / 50 airline test tasks. Ours: the scripted user of `envs/tau` (it gives facts only when asked and "
@@ -237,23 +237,23 @@ FAMILIES: dict[str, Family] = {
         name="speech",
         title="τ-bench with a speaking user (TARL)",
         paper="003_… Table 3: pass^1..pass^4 in %, speech vs text evaluation",
-        env_ids=_every_version("TurnRL/TauRetailSpeech-v1", "TurnRL/TauAirlineSpeech-v1"),
+        env_ids=_every_version("TurnRL/TauRetailSpeech-v2", "TurnRL/TauAirlineSpeech-v2"),
         columns=_pass_columns(100.0),
         trials=4,
         temperature=1.0,
         max_turns=30,
         max_new_tokens=256,
-        env_kwargs=held_out_kwargs("TurnRL/TauRetailSpeech-v1"),
+        env_kwargs=held_out_kwargs("TurnRL/TauRetailSpeech-v2"),
         group_by=("eval mode",),
         env_groups={
             "eval mode": {
-                **dict.fromkeys(_every_version("TurnRL/TauRetailSpeech-v1", "TurnRL/TauAirlineSpeech-v1"), "speech"),
-                **dict.fromkeys(_every_version("TurnRL/TauRetail-v1", "TurnRL/TauAirline-v1"), "text"),
+                **dict.fromkeys(_every_version("TurnRL/TauRetailSpeech-v2", "TurnRL/TauAirlineSpeech-v2"), "speech"),
+                **dict.fromkeys(_every_version("TurnRL/TauRetail-v2", "TurnRL/TauAirline-v2"), "text"),
             }
         },
         also_show={
-            "TurnRL/TauRetailSpeech-v1": ("TurnRL/TauRetail-v1",),
-            "TurnRL/TauAirlineSpeech-v1": ("TurnRL/TauAirline-v1",),
+            "TurnRL/TauRetailSpeech-v2": ("TurnRL/TauRetail-v2",),
+            "TurnRL/TauAirlineSpeech-v2": ("TurnRL/TauAirline-v2",),
         },
         notes="Reported rows: Qwen2.5-Omni-7B on τ-bench retail (speech mode skips the authentication step), "
         "trained with speech-and-text (S & T) or text-only rollouts. Ours: the same policy on the speech env and on "

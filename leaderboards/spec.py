@@ -10,7 +10,7 @@ trainer's CLI defaults (:func:`_config_of`), so a bad value fails before the fir
 
     name = "wiki_mtgrpo"                  # runs go to <runs-dir>/wiki_mtgrpo/<arm>/seed<k>
     trainer = "grpo"                      # python -m trainers.grpo (or "mtppo")
-    env = ["TurnRL/WikiTwoTurn-v1"]
+    env = ["TurnRL/WikiTwoTurn-v2"]
     seeds = [0, 1, 2]
     [warm_start]                          # built once (python -m trainers.sft), every arm starts from it (--init)
     args = { episodes = 64, policy = "scripted:reference=0.3,scripted:direct=0.7" }

@@ -62,6 +62,10 @@ def test_every_env_has_all_its_versions_and_v0_ids_exist():
         "TurnRL/TauAirline-v0",
         "TurnRL/TauRetailSpeech-v0",
         "TurnRL/TauAirlineSpeech-v0",
+        "TurnRL/TauRetail-v1",
+        "TurnRL/TauAirline-v1",
+        "TurnRL/TauRetailSpeech-v1",
+        "TurnRL/TauAirlineSpeech-v1",
     }
     for env_id in ALL_IDS:
         newest = versions(env_id)[0]
@@ -254,6 +258,23 @@ def test_tau_v0_customer_recites_its_scenario_and_confirms_anything(name):
     assert confirm["v0"] == "Yes, please go ahead." and not confirm["v1"].startswith("Yes")
 
 
+@pytest.mark.parametrize("name", ["TauRetail", "TauAirline", "TauRetailSpeech", "TauAirlineSpeech"])
+def test_tau_v0_and_v1_pose_their_held_out_tasks_and_v2_trains_apart_from_them(name):
+    from envs.tau.data import held_out_overlaps, load_domain
+
+    data = load_domain("airline" if "Airline" in name else "retail")
+    train, test = set(data.splits["train"]), set(data.splits["test"])
+    tasks = {}
+    for version in ("v0", "v1", "v2"):
+        env, _ = make(f"TurnRL/{name}-{version}", **CHEAP.get(name, {}))
+        tasks[version] = {t["id"] for t in env.unwrapped._tasks}
+        assert held_out_kwargs(f"TurnRL/{name}-{version}")["split"] == "test"
+    assert tasks["v0"] == tasks["v1"] == test  # the old default: the held-out tasks themselves
+    assert tasks["v2"] == train - set(held_out_overlaps(data)) and not tasks["v2"] & test
+    env, _ = make(f"TurnRL/{name}-v1", split="train", **CHEAP.get(name, {}))
+    assert {t["id"] for t in env.unwrapped._tasks} == train  # an old id asked for train gets all of it, as before
+
+
 def test_speech_v0_speaks_v0s_customer():
     texts = {}
     for version in ("v0", "v1"):
@@ -274,9 +295,9 @@ def test_held_out_lives_in_the_registry_for_every_id_and_the_families_read_it():
     assert held_out_kwargs("TurnRL/WikiTwoTurn-v0") == {"split": "validation"}
     with pytest.raises(InvalidArgument, match="not a TurnRL id"):
         held_out_kwargs("TurnRL/Nope-v0")
-    held = held_out_kwargs("TurnRL/TauRetail-v1")
+    held = held_out_kwargs("TurnRL/TauRetail-v2")
     held["split"] = "train"  # a copy: the registry is not changed through it
-    assert held_out_kwargs("TurnRL/TauRetail-v1")["split"] == "test"
+    assert held_out_kwargs("TurnRL/TauRetail-v2")["split"] == "test"
 
 
 def test_trainers_evaluation_reads_the_registry_without_importing_leaderboards():

@@ -13,7 +13,7 @@ Modules (the loop reads top to bottom in :mod:`trainers.rl`):
 - :mod:`trainers.rl` (+ the ``mtppo`` / ``grpo`` CLIs), :mod:`trainers.sft` (cold start),
   :mod:`trainers.checkpoint`, :mod:`trainers.metrics`, :mod:`trainers.config`.
 
-    python -m trainers.sft --env TurnRL/WikiTwoTurn-v1
-    python -m trainers.mtppo --env TurnRL/WikiTwoTurn-v1 --init runs/sft
-    python -m trainers.grpo --env TurnRL/WikiTwoTurn-v1 --credit mt
+    python -m trainers.sft --env TurnRL/WikiTwoTurn-v2
+    python -m trainers.mtppo --env TurnRL/WikiTwoTurn-v2 --init runs/sft
+    python -m trainers.grpo --env TurnRL/WikiTwoTurn-v2 --credit mt
 """

@@ -254,7 +254,7 @@ def env_kwargs_by_id(env_ids: Sequence[str], items: Sequence[str]) -> dict[str, 
         if not sep or not key.strip().isidentifier():
             raise InvalidArgument(
                 f"--env-kwarg {item!r} must be key=value with a Python name as key, or ENV_ID:key=value for one "
-                "--env, e.g. split=validation, top_k=3 or TurnRL/SearchR1-v1:top_k=3."
+                "--env, e.g. split=validation, top_k=3 or TurnRL/SearchR1-v2:top_k=3."
             )
         ids = [e for e in env_ids if target in (e, e.rpartition(":")[2])] if target else list(env_ids)
         if not ids:

@@ -26,7 +26,7 @@ class Episode:
     """One trajectory of one env, ready for credit assignment.
 
     Attributes:
-        env_id: the Gymnasium id the episode came from (``TurnRL/WikiTwoTurn-v1``).
+        env_id: the Gymnasium id the episode came from (``TurnRL/WikiTwoTurn-v2``).
         group: episodes sampled for the same task share a group id (GRPO/RLOO normalise within a group).
         token_ids: the whole sequence, prompt included (int64).
         loss_mask: 1 where the policy generated the token, 0 for prompt and env tokens.

@@ -5,7 +5,7 @@ held-out tasks greedily (temperature 0), through the same rollout code as traini
 token-in-token-out), and the means of the env's episode metrics are logged as ``eval/...`` with 95% CI half-widths
 as ``eval_ci95/...``::
 
-    held_out = HeldOut(("TurnRL/WikiTwoTurn-v1",), tasks=64, seed=12345, max_new_tokens=96, max_turns=4)
+    held_out = HeldOut(("TurnRL/WikiTwoTurn-v2",), tasks=64, seed=12345, max_new_tokens=96, max_turns=4)
     pools = held_out.pools()                      # made once: gym.make of a retrieval env is not free
     row.update(evaluate_policy(engine, tokenizer, held_out, pools))
     # {"eval/env/exact_match": 0.31, "eval_ci95/env/exact_match": 0.11, "eval/env/tool_called": 0.94, ...}
@@ -23,7 +23,7 @@ are comparable with the leaderboard's.
 ``eval_ci95/<key>`` is the half-width of the normal-approximation 95% interval of the mean over tasks
 (:func:`agentgym_turn.metrics.normal_ci`; 0 when every task scored the same); ``eval/seconds`` and
 ``eval/tokens_per_s`` time the evaluation. With several env ids each is evaluated on its own ``tasks`` tasks and
-its keys carry the env's name: ``eval/WikiTwoTurn-v1/env/exact_match``.
+its keys carry the env's name: ``eval/WikiTwoTurn-v2/env/exact_match``.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ class HeldOut:
 
     def __post_init__(self) -> None:
         if not self.env_ids:
-            raise InvalidArgument("HeldOut needs at least one env id, e.g. ('TurnRL/WikiTwoTurn-v1',).")
+            raise InvalidArgument("HeldOut needs at least one env id, e.g. ('TurnRL/WikiTwoTurn-v2',).")
         if self.tasks < 1:
             raise InvalidArgument(f"eval tasks={self.tasks} must be >= 1 (e.g. 64 for a CI of about +-0.1).")
 

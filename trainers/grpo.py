@@ -1,4 +1,4 @@
-"""GRPO family: ``python -m trainers.grpo --env TurnRL/WikiTwoTurn-v1 --credit or|mr|mt`` (GRPO-OR, GRPO-MR,
+"""GRPO family: ``python -m trainers.grpo --env TurnRL/WikiTwoTurn-v2 --credit or|mr|mt`` (GRPO-OR, GRPO-MR,
 MT-GRPO of 000/001) or ``--strategy NAME`` for any critic-free strategy of ``trainers.credit`` (rloo, mt_rloo,
 reinforce, tarl, ...). No critic; KL off by default (000 trains with beta = 0). The loop is ``trainers/rl.py``.
 """

@@ -19,7 +19,7 @@ the trainer writes ``--trace-episodes`` of the step's episodes, whole groups fir
 gave each policy token, to ``RUN/traces/step_000012.jsonl.gz``; every held-out evaluation writes its episodes
 (no advantages: nothing is trained on them) to ``RUN/traces/eval_step_000012.jsonl.gz``. One JSON object a line::
 
-    {"kind": "train", "step": 12, "strategy": "mt_grpo", "env_id": "TurnRL/WikiTwoTurn-v1", "group": 24,
+    {"kind": "train", "step": 12, "strategy": "mt_grpo", "env_id": "TurnRL/WikiTwoTurn-v2", "group": 24,
      "task": "Who wrote ...?", "prompt": "<|im_start|>system ...", "return": 1.1, "terminated": true,
      "truncated": false, "metrics": {"env/exact_match": 0.0, ...},
      "turns": [{"tokens": ["<", "tool", ">", ...], "adv": [0.8123, 0.8123, ...], "rewards": {"tool_execution": 0.2},
@@ -415,7 +415,7 @@ class RunRecorder:
                                     strategy="mt_grpo", trace_every=5, trace_episodes=8, last_step=cfg.steps)
         recorder.log(row)                                  # metrics.jsonl + the other loggers
         recorder.record_step(12, episodes, credit)         # traces/step_000012.jsonl.gz when due
-        recorder.record_eval(12, {"TurnRL/WikiTwoTurn-v1": held_out_episodes})
+        recorder.record_eval(12, {"TurnRL/WikiTwoTurn-v2": held_out_episodes})
         recorder.close()
     """
 

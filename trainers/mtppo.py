@@ -1,4 +1,4 @@
-"""MT-PPO (001 eq. 9): ``python -m trainers.mtppo --env TurnRL/WikiTwoTurn-v1 [--credit or|mr|mt] [--init CKPT]``.
+"""MT-PPO (001 eq. 9): ``python -m trainers.mtppo --env TurnRL/WikiTwoTurn-v2 [--credit or|mr|mt] [--init CKPT]``.
 
 Turn-level rewards on each turn's last policy token, the outcome on the trajectory's last, GAE over policy tokens,
 a critic on a copy of the backbone. Flags: ``python -m trainers.mtppo --help``; the loop is ``trainers/rl.py``.

@@ -27,7 +27,7 @@ different episode. The batch goes on; nothing is lost.
 
 Example (the envs in two local workers, generation in this process)::
 
-    >>> pool = RayEnvPool(["TurnRL/WikiTwoTurn-v1"], address="local", workers=2)     # doctest: +SKIP
+    >>> pool = RayEnvPool(["TurnRL/WikiTwoTurn-v2"], address="local", workers=2)     # doctest: +SKIP
     >>> actor = pool.pipeline(engine_actor(engine, cfg, seed=0), tokenizer, stops)   # doctest: +SKIP
     >>> episodes, _ = collect(pool, actor, tokenizer, stops, cfg, num_tasks=4, group_size=4, seed=0)  # doctest: +SKIP
 
@@ -42,9 +42,9 @@ with ``ray start --head`` with a token: every node and the trainer's shell need 
     # every other node: the same two variables (copy the token over a private channel), then
     ray start --address HEAD_IP:6379 --num-cpus 16
     # on the head: the envs spread over the cluster's env workers, generation and update in this process
-    python -m trainers.mtppo --env TurnRL/WikiTwoTurn-v1 --ray HEAD_IP:6379 --ray-env-workers 8
+    python -m trainers.mtppo --env TurnRL/WikiTwoTurn-v2 --ray HEAD_IP:6379 --ray-env-workers 8
     # ... or generation in Ray actors too (GPU nodes: vLLM per actor)
-    python -m trainers.mtppo --env TurnRL/WikiTwoTurn-v1 --ray HEAD_IP:6379 --ray-env-workers 8 \
+    python -m trainers.mtppo --env TurnRL/WikiTwoTurn-v2 --ray HEAD_IP:6379 --ray-env-workers 8 \
         --ray-gen-workers 2 --ray-gen-gpus 1
     ray stop            # on every node, when done
 

@@ -1,11 +1,12 @@
 """The RL training loop (MT-PPO, GRPO and every other strategy of ``trainers.credit``), top to bottom in one file.
 
-    python -m trainers.mtppo --env TurnRL/WikiTwoTurn-v1                  # MT-PPO (001), critic + GAE
-    python -m trainers.grpo --env TurnRL/WikiTwoTurn-v1 --credit mt        # MT-GRPO (000); or / mr for GRPO-OR/MR
+    python -m trainers.mtppo --env TurnRL/WikiTwoTurn-v2                  # MT-PPO (001), critic + GAE
+    python -m trainers.grpo --env TurnRL/WikiTwoTurn-v2 --credit mt        # MT-GRPO (000); or / mr for GRPO-OR/MR
     python -m trainers.mtppo --strategy ppo_or --init runs/sft             # any strategy, from an SFT checkpoint
     bash scripts/serve.sh Qwen/Qwen2.5-7B-Instruct 8000 &                       # a local judge (vLLM's server)
     python -m trainers.mtppo --strategy tarl_ppo_turn --env TurnRL/TauRetail-v1 --max-context 8192 \
-        --env-kwarg judge=http://127.0.0.1:8000/v1#Qwen/Qwen2.5-7B-Instruct --group-std-ddof 0   # gym.make kwargs
+        --env-kwarg judge=http://127.0.0.1:8000/v1#Qwen/Qwen2.5-7B-Instruct --group-std-ddof 0 \
+        --sft-episodes 0                                                     # gym.make kwargs; τ has no cold start
 
 One step is five phases over one :class:`Batch`, each a function of its own: (1) :func:`sample` rolls out
 ``tasks_per_step`` tasks x ``group_size`` episodes (token-in-token-out, ``trainers.rollout``; dynamic sampling
@@ -91,7 +92,7 @@ class RLConfig:
     ``credit_cfg.eps``; ``trainers.config.options``). Build one from flat values with ``trainers.config.from_flat``
     (what a saved ``config.json`` holds)."""
 
-    env: list[str] = arg(["TurnRL/WikiTwoTurn-v1"], "env ids to train on (several = mixed-task training)")  # noqa: RUF009
+    env: list[str] = arg(["TurnRL/WikiTwoTurn-v2"], "env ids to train on (several = mixed-task training)")  # noqa: RUF009
     env_weights: list[float] | None = arg(None, "sampling weight per --env id (default: uniform)")  # noqa: RUF009
     env_kwarg: list[str] = arg([], ENV_KWARG_HELP)  # noqa: RUF009
     model: str = arg("smollm2", "policy to start from: 'smollm2', a Hugging Face id or a model folder")

@@ -417,7 +417,7 @@ class EnvPool:
 
     def __post_init__(self) -> None:
         if not self.env_ids:
-            raise InvalidArgument("EnvPool needs at least one env id, e.g. TurnRL/WikiTwoTurn-v1.")
+            raise InvalidArgument("EnvPool needs at least one env id, e.g. TurnRL/WikiTwoTurn-v2.")
         if self.weights is not None and (
             len(self.weights) != len(self.env_ids) or any(w < 0 for w in self.weights) or sum(self.weights) <= 0
         ):

@@ -1,7 +1,7 @@
 """Cold start: supervised fine-tuning on scripted-policy trajectories, with the same tokenisation and masks as RL.
 
-    python -m trainers.sft --env TurnRL/WikiTwoTurn-v1                       # the family's robust cold start
-    python -m trainers.sft --env TurnRL/WikiTwoTurn-v1 --warm-start weakened # the papers' comparisons' imperfect one
+    python -m trainers.sft --env TurnRL/WikiTwoTurn-v2                       # the family's robust cold start
+    python -m trainers.sft --env TurnRL/WikiTwoTurn-v2 --warm-start weakened # the papers' comparisons' imperfect one
 
 A small model that never writes a tool call gets zero turn-level advantage everywhere, so RL alone cannot
 discover the tool. The env's scripted policies play ``episodes`` tasks through the same rollout code RL uses
@@ -159,7 +159,7 @@ def family_defaults(env_ids: Sequence[str], warm_start: str = "default") -> dict
     ``warm_start="weakened"`` (``"verbatim"``) adds the family's :data:`WEAKENED` (:data:`VERBATIM`) cold start over
     them. Ids of one older version listed in :data:`VERSION_DEFAULTS` take those instead of the family's.
 
-    ``family_defaults(["TurnRL/Sokoban-v1"])`` -> ``{"policy": "scripted:bfs", "episodes": 512}``.
+    ``family_defaults(["TurnRL/Sokoban-v2"])`` -> ``{"policy": "scripted:bfs", "episodes": 512}``.
     """
     if warm_start not in WARM_STARTS:
         raise InvalidArgument(f"--warm-start {warm_start!r} is not a named cold start; use one of {WARM_STARTS}.")
@@ -232,7 +232,7 @@ def check_policy_mix(env_ids: Sequence[str], spec: str, flag: str, skip: str) ->
 class SFTConfig:
     """Every knob of a cold-start run."""
 
-    env: list[str] = arg(["TurnRL/WikiTwoTurn-v1"], "env ids whose scripted policies play")  # noqa: RUF009
+    env: list[str] = arg(["TurnRL/WikiTwoTurn-v2"], "env ids whose scripted policies play")  # noqa: RUF009
     env_weights: list[float] | None = arg(None, "sampling weight per --env id")  # noqa: RUF009
     env_kwarg: list[str] = arg([], ENV_KWARG_HELP)  # noqa: RUF009
     policy: str = arg(

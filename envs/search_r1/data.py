@@ -1,4 +1,4 @@
-"""Question sets for ``TurnRL/SearchR1-v1``: the paper's six QA datasets, and offline questions from the corpus.
+"""Question sets for ``TurnRL/SearchR1-v2``: the paper's six QA datasets, and offline questions from the corpus.
 
 **Datasets (online users).** The paper trains and evaluates on NQ, TriviaQA, PopQA, HotpotQA, 2WikiMultiHopQA and
 Musique (``001_…`` §6.2) as Search-R1 and FlashRAG publish them:

@@ -1,4 +1,4 @@
-"""LLM-as-judge rewards of ``TurnRL/SearchR1-v1`` (``001_…`` §5.3 and the D.2 prompts, reworded).
+"""LLM-as-judge rewards of ``TurnRL/SearchR1-v2`` (``001_…`` §5.3 and the D.2 prompts, reworded).
 
 Two prompts, both asking for step-by-step ``<reasoning>`` first and then a ``<score>`` block:
 

@@ -1,4 +1,4 @@
-"""The turn-level verifiable rewards of ``TurnRL/SearchR1-v1`` as pure functions (``001_…`` §5.2, D.1.2).
+"""The turn-level verifiable rewards of ``TurnRL/SearchR1-v2`` as pure functions (``001_…`` §5.2, D.1.2).
 
 Intermediate (search) turn, ``R^I = retrieval + format + search count``:
     * :func:`reward_retrieval`: 0.3 when any accepted answer occurs in the title or text of a passage this turn

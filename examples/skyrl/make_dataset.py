@@ -1,7 +1,7 @@
 """Write a SkyRL dataset (JSONL) of TurnRL tasks: one row per seed, the env's opening messages as the prompt.
 
-    python examples/skyrl/make_dataset.py --env TurnRL/WikiTwoTurn-v1 --seeds 0:512 --out data/wiki/train.jsonl
-    python examples/skyrl/make_dataset.py --env TurnRL/WikiTwoTurn-v1 --seeds 100000:100064 --held-out \
+    python examples/skyrl/make_dataset.py --env TurnRL/WikiTwoTurn-v2 --seeds 0:512 --out data/wiki/train.jsonl
+    python examples/skyrl/make_dataset.py --env TurnRL/WikiTwoTurn-v2 --seeds 100000:100064 --held-out \
         --out data/wiki/validation.jsonl
 
 Each row: ``prompt``, ``env_class`` (the TurnRL id, registered with skyrl_gym under the same name), ``seed`` and
@@ -34,7 +34,7 @@ def parse_seeds(text: str) -> range:
 def main(argv: list[str] | None = None) -> Path:
     """Write the rows and return the file's path."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--env", required=True, help="a TurnRL id, e.g. TurnRL/WikiTwoTurn-v1")
+    ap.add_argument("--env", required=True, help="a TurnRL id, e.g. TurnRL/WikiTwoTurn-v2")
     ap.add_argument("--seeds", default="0:256", help="START:STOP, one task per seed")
     ap.add_argument("--env-kwarg", action="append", default=[], help="gym.make keyword as key=value (repeatable)")
     ap.add_argument("--held-out", action="store_true", help="the env's held-out tasks (its leaderboard split)")

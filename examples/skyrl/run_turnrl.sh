@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Train a policy on a TurnRL env inside SkyRL with a TurnRL credit-assignment strategy.
-#   ENV_ID=TurnRL/WikiTwoTurn-v1 ESTIMATOR=turnrl_mt_grpo bash examples/skyrl/run_turnrl.sh
-#   ENV_ID=TurnRL/SearchR1-v1    ESTIMATOR=turnrl_mt_ppo  bash examples/skyrl/run_turnrl.sh   (adds a critic)
+#   ENV_ID=TurnRL/WikiTwoTurn-v2 ESTIMATOR=turnrl_mt_grpo bash examples/skyrl/run_turnrl.sh
+#   ENV_ID=TurnRL/SearchR1-v2    ESTIMATOR=turnrl_mt_ppo  bash examples/skyrl/run_turnrl.sh   (adds a critic)
 # Needs GPUs, Python 3.12 and `pip install "skyrl[fsdp]==0.3.0" "agentgym-turn[skyrl]"`; extra arguments are
 # SkyRL config overrides (key=value) and win over the ones below. TurnRL envs end their episodes themselves:
 # generator.max_turns only tells SkyRL the rollout is multi-turn (its generator never cuts turns by it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-ENV_ID="${ENV_ID:-TurnRL/WikiTwoTurn-v1}"
+ENV_ID="${ENV_ID:-TurnRL/WikiTwoTurn-v2}"
 ESTIMATOR="${ESTIMATOR:-turnrl_mt_grpo}"         # turnrl_<strategy>: mt_grpo, mt_ppo, tarl, grpo_or, ...
 MODEL="${MODEL:-Qwen/Qwen2.5-1.5B-Instruct}"
 NUM_GPUS="${NUM_GPUS:-1}"

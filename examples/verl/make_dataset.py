@@ -4,8 +4,8 @@ Each row names its episode in ``extra_info`` (env id, seed, the task as JSON tex
 carries the env's opening messages as ``prompt`` (verl's dataset reads it to filter over-long prompts and logs it;
 the agent loop plays from the env's own ``reset``)::
 
-    python examples/verl/make_dataset.py --env TurnRL/WikiTwoTurn-v1 --out data/verl/wiki --train 2048 --val 128
-    python examples/verl/make_dataset.py --env TurnRL/SearchR1-v1 --out data/verl/search_r1 --train 2048 --val 128
+    python examples/verl/make_dataset.py --env TurnRL/WikiTwoTurn-v2 --out data/verl/wiki --train 2048 --val 128
+    python examples/verl/make_dataset.py --env TurnRL/SearchR1-v2 --out data/verl/search_r1 --train 2048 --val 128
 
 writes ``train.parquet`` (tasks of the env's ``train`` split) and ``val.parquet`` (``validation`` split).
 """
@@ -53,7 +53,7 @@ def rows(env_id: str, split: str, count: int, seed: int, env_kwargs: dict[str, A
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", required=True, help="a TurnRL id, e.g. TurnRL/WikiTwoTurn-v1")
+    parser.add_argument("--env", required=True, help="a TurnRL id, e.g. TurnRL/WikiTwoTurn-v2")
     parser.add_argument("--out", required=True, help="folder for train.parquet and val.parquet")
     parser.add_argument("--train", type=int, default=2048, help="training rows (tasks of the 'train' split)")
     parser.add_argument("--val", type=int, default=128, help="validation rows (tasks of the 'validation' split)")

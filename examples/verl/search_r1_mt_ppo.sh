@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# MT-PPO on TurnRL/SearchR1-v1 with verl 0.9.1: v1 trainer with a critic, vLLM rollout through TurnRL's agent loop,
+# MT-PPO on TurnRL/SearchR1-v2 with verl 0.9.1: v1 trainer with a critic, vLLM rollout through TurnRL's agent loop,
 # FSDP. Each turn's turn-level reward sits on its last token, the outcome on the last one (001 eq. 9); GAE with
 # gamma = lambda = 1 (001 D.1.3). One node (NGPUS GPUs). Not run on the CPU-only CI machine.
 set -euo pipefail
@@ -10,7 +10,7 @@ NGPUS=${NGPUS:-8}
 PLUGIN=trainers.integrations.verl_plugin  # registers turnrl_* estimators and the turnrl_sync trainer
 export VERL_USE_EXTERNAL_MODULES=$PLUGIN
 
-[ -f "$DATA/train.parquet" ] || python "$HERE/make_dataset.py" --env TurnRL/SearchR1-v1 --out "$DATA"
+[ -f "$DATA/train.parquet" ] || python "$HERE/make_dataset.py" --env TurnRL/SearchR1-v2 --out "$DATA"
 
 python -m verl.trainer.main_ppo \
   algorithm.adv_estimator=turnrl_mt_ppo \

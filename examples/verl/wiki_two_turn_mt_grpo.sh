@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# MT-GRPO on TurnRL/WikiTwoTurn-v1 with verl 0.9.1: v1 trainer, vLLM rollout through TurnRL's agent loop, FSDP.
+# MT-GRPO on TurnRL/WikiTwoTurn-v2 with verl 0.9.1: v1 trainer, vLLM rollout through TurnRL's agent loop, FSDP.
 # One node (NGPUS GPUs). Extra Hydra overrides can follow on the command line. Not run on the CPU-only CI machine.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -9,7 +9,7 @@ NGPUS=${NGPUS:-8}
 PLUGIN=trainers.integrations.verl_plugin  # registers turnrl_* estimators and the turnrl_sync trainer
 export VERL_USE_EXTERNAL_MODULES=$PLUGIN
 
-[ -f "$DATA/train.parquet" ] || python "$HERE/make_dataset.py" --env TurnRL/WikiTwoTurn-v1 --out "$DATA"
+[ -f "$DATA/train.parquet" ] || python "$HERE/make_dataset.py" --env TurnRL/WikiTwoTurn-v2 --out "$DATA"
 
 python -m verl.trainer.main_ppo \
   algorithm.adv_estimator=turnrl_mt_grpo \

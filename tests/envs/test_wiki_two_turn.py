@@ -1,4 +1,4 @@
-"""TurnRL/WikiTwoTurn-v1: reward tables from the MT-GRPO paper (000 §3.2, Tables 1, 3, 4), episode flow, fuzzing."""
+"""TurnRL/WikiTwoTurn-v2: reward tables from the MT-GRPO paper (000 §3.2, Tables 1, 3, 4), episode flow, fuzzing."""
 
 from __future__ import annotations
 
@@ -279,12 +279,12 @@ def test_reference_policy_answers_whenever_its_search_finds_the_answer_and_direc
 
 
 def test_v0_question_set_is_solved_by_copying_the_title(wiki_retriever):
-    env = gym.make("TurnRL/WikiTwoTurn-v1", question_set="lead-v0", retriever=wiki_retriever).unwrapped
+    env = gym.make("TurnRL/WikiTwoTurn-v2", question_set="lead-v0", retriever=wiki_retriever).unwrapped
     logs = [run_episode(env, get_scripted_policy(env, "title"), seed=s) for s in range(10)]
     assert all(log.rewards[0] == pytest.approx(0.7) for log in logs)
     assert np.mean([log.metrics["env/exact_match"] for log in logs]) >= 0.9
     with pytest.raises(InvalidArgument, match="question_set"):
-        gym.make("TurnRL/WikiTwoTurn-v1", question_set="lead-v9", retriever=wiki_retriever)
+        gym.make("TurnRL/WikiTwoTurn-v2", question_set="lead-v9", retriever=wiki_retriever)
 
 
 def test_seeded_tasks_are_deterministic_and_varied(env):
@@ -297,15 +297,15 @@ def test_seeded_tasks_are_deterministic_and_varied(env):
 
 def test_bad_make_arguments():
     with pytest.raises(InvalidArgument, match="dataset='wikipedia'"):
-        gym.make("TurnRL/WikiTwoTurn-v1", dataset="wikipedia")
+        gym.make("TurnRL/WikiTwoTurn-v2", dataset="wikipedia")
     with pytest.raises(InvalidArgument, match="split='dev'"):
-        gym.make("TurnRL/WikiTwoTurn-v1", split="dev")
+        gym.make("TurnRL/WikiTwoTurn-v2", split="dev")
     with pytest.raises(InvalidArgument, match="top_k=0"):
-        gym.make("TurnRL/WikiTwoTurn-v1", top_k=0)
+        gym.make("TurnRL/WikiTwoTurn-v2", top_k=0)
     with pytest.raises(InvalidArgument, match="tool_parsing='lenient'"):
-        gym.make("TurnRL/WikiTwoTurn-v1", tool_parsing="lenient")
+        gym.make("TurnRL/WikiTwoTurn-v2", tool_parsing="lenient")
     with pytest.raises(InvalidTask, match="answers"):
-        gym.make("TurnRL/WikiTwoTurn-v1", tasks=[{"question": "q?"}])
+        gym.make("TurnRL/WikiTwoTurn-v2", tasks=[{"question": "q?"}])
 
 
 def test_custom_tasks_and_top_k(wiki_retriever):

@@ -75,12 +75,12 @@ def test_task_draw_matches_the_trainer_rollouts() -> None:
     ("args", "match"),
     [
         (["--env", "TurnRL/WikiTwoTurn-v9", "--model", "scripted:reference"], "Did you mean 'TurnRL/WikiTwoTurn-v2'"),
-        (["--env", "TurnRL/Sokoban-v1"], "--model is required"),
-        (["--env", "TurnRL/Sokoban-v1", "--model", "http://127.0.0.1:8000/v1"], "URL#MODEL"),
-        (["--env", "TurnRL/Sokoban-v1", "--model", "scripted:bfs", "--episodes", "0"], "--episodes 0 must be >= 1"),
-        (["--env", "TurnRL/Sokoban-v1", "--model", "scripted:bfs", "--env-kwarg", "dim"], "key=value"),
-        (["--env", "TurnRL/Sokoban-v1", "--model", "scripted:nope"], "no scripted policy 'nope'"),
-        (["--env", "TurnRL/Sokoban-v1", "--model", "scripted:bfs", "--temperature", "-1"], "--temperature"),
+        (["--env", "TurnRL/Sokoban-v2"], "--model is required"),
+        (["--env", "TurnRL/Sokoban-v2", "--model", "http://127.0.0.1:8000/v1"], "URL#MODEL"),
+        (["--env", "TurnRL/Sokoban-v2", "--model", "scripted:bfs", "--episodes", "0"], "--episodes 0 must be >= 1"),
+        (["--env", "TurnRL/Sokoban-v2", "--model", "scripted:bfs", "--env-kwarg", "dim"], "key=value"),
+        (["--env", "TurnRL/Sokoban-v2", "--model", "scripted:nope"], "no scripted policy 'nope'"),
+        (["--env", "TurnRL/Sokoban-v2", "--model", "scripted:bfs", "--temperature", "-1"], "--temperature"),
     ],
 )
 def test_bad_arguments_raise_invalid_argument(tmp_path: Path, args: list[str], match: str) -> None:
@@ -90,7 +90,7 @@ def test_bad_arguments_raise_invalid_argument(tmp_path: Path, args: list[str], m
 
 
 def test_env_kwargs_are_json_values_merged_over_the_family_defaults() -> None:
-    cfg = E.EvalConfig(env="TurnRL/WikiTwoTurn-v1", model="scripted:reference", env_kwarg=["top_k=2", "split=test"])
+    cfg = E.EvalConfig(env="TurnRL/WikiTwoTurn-v2", model="scripted:reference", env_kwarg=["top_k=2", "split=test"])
     assert cfg.resolved()["env_kwargs"] == {"split": "test", "top_k": 2}
 
 

@@ -115,7 +115,7 @@ def test_bad_inputs_raise_invalid_argument() -> None:
         compute_metrics(FAMILIES["tau"], episodes([[1.0]]), trials=2)
     with pytest.raises(InvalidArgument, match="no episodes"):
         compute_metrics(FAMILIES["tau"], [], trials=1)
-    with pytest.raises(InvalidArgument, match="TurnRL/WikiTwoTurn-v1"):
+    with pytest.raises(InvalidArgument, match="TurnRL/WikiTwoTurn-v2"):
         family_for("TurnRL/Nope-v0")
 
 

@@ -59,7 +59,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Run]]:
     ``--verbose`` one on one arithmetic task, one short turn (vLLM's start is what logs), started at the same time."""
     pytest.importorskip("vllm")
     tmp = tmp_path_factory.mktemp("cli")
-    quiet = ["--env", "TurnRL/WikiTwoTurn-v1", "--episodes", "2"]
+    quiet = ["--env", "TurnRL/WikiTwoTurn-v2", "--episodes", "2"]
     verbose = ["--env", "TurnRL/Arithmetic-v0", "--episodes", "1", "--max-turns", "1", "--max-new-tokens", "16"]
     started = {"quiet": start_cli(tmp / "quiet", *quiet), "verbose": start_cli(tmp / "verbose", *verbose, "--verbose")}
     try:

@@ -1,5 +1,5 @@
 """Search-R1's retrieval-server protocol: the client against a real local server serving a real Lucene index, the
-wire format, error handling, and SearchR1-v1 running over HTTP."""
+wire format, error handling, and SearchR1-v2 running over HTTP."""
 
 from __future__ import annotations
 

@@ -106,9 +106,9 @@ def test_tiny_model_evaluates_on_two_envs_with_prefixed_keys(tokenizer, tiny_mod
     from trainers.engines import make_engine
 
     engine = make_engine("transformers", model=tiny_model, tokenizer=tokenizer, autocast_bf16=False)
-    held_out = HeldOut((ENV, "TurnRL/Sokoban-v1"), tasks=2, seed=0, max_new_tokens=4, max_turns=2,
+    held_out = HeldOut((ENV, "TurnRL/Sokoban-v2"), tasks=2, seed=0, max_new_tokens=4, max_turns=2,
                        max_context=1024)  # fmt: skip
     row = evaluate_policy(engine, tokenizer, held_out)
     assert row["eval/Arithmetic-v0/env/success"] == 0.0  # 4 random tokens never box the answer
-    assert "eval/Sokoban-v1/env/success" in row and "eval_ci95/Sokoban-v1/env/effective_action_rate" in row
+    assert "eval/Sokoban-v2/env/success" in row and "eval_ci95/Sokoban-v2/env/effective_action_rate" in row
     assert all(math.isfinite(v) for v in row.values())

@@ -42,7 +42,7 @@ def _episodes(rng: np.random.Generator, *, tree: bool) -> list[Episode]:
 
 
 def _cfg(**kw) -> RLConfig:
-    base = dict(env=["TurnRL/WikiTwoTurn-v1"], kl_coef=0.1, entropy_coef=0.01, bf16=False, engine="transformers",
+    base = dict(env=["TurnRL/WikiTwoTurn-v2"], kl_coef=0.1, entropy_coef=0.01, bf16=False, engine="transformers",
                 sft_episodes=0, aggregation="token_mean")  # fmt: skip
     base.update(kw)
     return from_flat(RLConfig, base)  # flat: loss_mask is RLConfig.credit_cfg.use_loss_mask

@@ -107,7 +107,7 @@ def test_episodes_from_env_workers_equal_in_process(cluster, tokenizer):
 
 
 def test_tree_rollouts_fork_remote_envs_and_pipeline_gives_the_same_episodes(cluster, tokenizer):
-    pool = RayEnvPool(["TurnRL/Sokoban-v1"], workers=2, worker_cpus=0.5)
+    pool = RayEnvPool(["TurnRL/Sokoban-v2"], workers=2, worker_cpus=0.5)
     try:
         rand = lambda: _actor(tokenizer, ["random"])  # noqa: E731
         kw = dict(num_tasks=2, group_size=2, seed=3, tree=True, branch_turns=2)
@@ -115,7 +115,7 @@ def test_tree_rollouts_fork_remote_envs_and_pipeline_gives_the_same_episodes(clu
         _same(local, remote)
         assert len(remote) == 2 * 2**2 and remote[0].state_keys is not None and remote[0].node_ids is not None
         assert len(pool.forks) > 0
-        pool.get("TurnRL/Sokoban-v1", 1)  # a new batch frees the last batch's forks
+        pool.get("TurnRL/Sokoban-v2", 1)  # a new batch frees the last batch's forks
         assert pool.forks == []
     finally:
         pool.close()

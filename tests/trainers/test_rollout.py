@@ -174,7 +174,7 @@ def test_env_pool_validates_weights():
 
 def test_prefix_invariant_on_real_wiki_two_turn_episodes(tokenizer):
     """SmolLM2's ChatML template on real WikiTwoTurn episodes: every turn's ids decode to the template's text."""
-    wiki = "TurnRL/WikiTwoTurn-v1"
+    wiki = "TurnRL/WikiTwoTurn-v2"
     cfg = RolloutConfig(max_new_tokens=256, max_context=4096, check_prefix=True)
     pool = EnvPool([wiki])
     actor = _scripted(tokenizer, ("reference", "direct"), [0.5, 0.5])

@@ -83,7 +83,7 @@ def test_server_command_has_the_cpu_settings_and_refuses_bad_arguments() -> None
 def test_evaluate_through_the_http_engine(server: VLLMServer, tmp_path: Path) -> None:
     from leaderboards import evaluate as E
 
-    row = E.main(["--env", "TurnRL/WikiTwoTurn-v1", "--model", server.spec, "--episodes", "4", "--no-tables",
+    row = E.main(["--env", "TurnRL/WikiTwoTurn-v2", "--model", server.spec, "--episodes", "4", "--no-tables",
                   "--results-dir", str(tmp_path / "results")])  # fmt: skip
     assert row.engine == "openai" and row.model == server.spec
     assert row.metrics["exact_match"]["n_tasks"] == 4 and row.policy_tokens > 0
@@ -126,8 +126,10 @@ def test_the_readme_tarl_command_trains_2_steps_against_the_served_judge(
         "0",
         "--max-context",
         "8192",
+        "--sft-episodes",
+        "0",
     ]
-    small = ["--model", tiny_policy_dir, "--sft-episodes", "0", "--steps", "2", "--tasks-per-step", "2",
+    small = ["--model", tiny_policy_dir, "--steps", "2", "--tasks-per-step", "2",
              "--group-size", "2", "--max-new-tokens", "48", "--env-kwarg", f"{TAU}:max_turns=3",
              f"{TAU}:judge_max_tokens={JUDGE_MAX_TOKENS}", "--engine-kv-cache-gib", "1", "--threads", "2",
              "--out-dir", str(out)]  # fmt: skip

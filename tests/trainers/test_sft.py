@@ -23,15 +23,15 @@ def test_parse_policy_mix():
 
 
 def test_family_defaults_apply_per_env_family_and_flags_win():
-    search = parse_sft_config(["--env", "TurnRL/SearchR1-v1"])
+    search = parse_sft_config(["--env", "TurnRL/SearchR1-v2"])
     assert (search.policy, search.episodes) == ("scripted:oracle", 256)  # enough two-hop cases to learn when to hop
-    assert parse_sft_config(["--env", "TurnRL/SearchR1-v1", "--warm-start", "weakened"]).episodes == 64
-    sokoban = parse_sft_config(["--env", "TurnRL/Sokoban-v1"])
+    assert parse_sft_config(["--env", "TurnRL/SearchR1-v2", "--warm-start", "weakened"]).episodes == 64
+    sokoban = parse_sft_config(["--env", "TurnRL/Sokoban-v2"])
     assert (sokoban.policy, sokoban.episodes, sokoban.epochs) == ("scripted:bfs", 512, 3)
-    assert parse_sft_config(["--env", "TurnRL/Sokoban-v1", "--episodes", "64"]).episodes == 64
-    assert parse_sft_config(["--env", "TurnRL/Sokoban-v1", "--policy", "scripted:random"]).policy == "scripted:random"
-    # WikiTwoTurn keeps SFTConfig's own defaults (the ones the RL fold-in reads), and so does a mix of families
-    for argv in ([], ["--env", "TurnRL/WikiTwoTurn-v1"], ["--env", "TurnRL/Sokoban-v1", "TurnRL/SearchR1-v1"]):
+    assert parse_sft_config(["--env", "TurnRL/Sokoban-v2", "--episodes", "64"]).episodes == 64
+    assert parse_sft_config(["--env", "TurnRL/Sokoban-v2", "--policy", "scripted:random"]).policy == "scripted:random"
+    # WikiTwoTurn-v1 keeps SFTConfig's own defaults (the ones the RL fold-in reads), and so does a mix of families
+    for argv in (["--env", "TurnRL/WikiTwoTurn-v1"], ["--env", "TurnRL/Sokoban-v2", "TurnRL/SearchR1-v2"]):
         cfg = parse_sft_config(argv)
         base = (SFTConfig.policy, 64, 3, 4, 2048)
         assert (cfg.policy, cfg.episodes, cfg.epochs, cfg.batch_episodes, cfg.max_context) == base
@@ -39,12 +39,13 @@ def test_family_defaults_apply_per_env_family_and_flags_win():
 
 def test_wiki_v2_defaults_to_the_explore_cold_start_and_v1_replays_the_reference():
     assert parse_sft_config(["--env", "TurnRL/WikiTwoTurn-v2"]).policy == "scripted:explore"
+    assert parse_sft_config([]).env == ["TurnRL/WikiTwoTurn-v2"] and parse_sft_config([]).policy == "scripted:explore"
     assert parse_sft_config(["--env", "TurnRL/WikiTwoTurn-v1"]).policy == "scripted:reference"  # as it ran
     assert parse_sft_config(["--env", "TurnRL/WikiTwoTurn-v0"]).policy == "scripted:reference"
     verbatim = parse_sft_config(["--env", "TurnRL/WikiTwoTurn-v2", "--warm-start", "verbatim"])
     assert verbatim.policy == "scripted:reference"  # the old default, by name
     with pytest.raises(InvalidArgument, match="verbatim is defined for"):
-        parse_sft_config(["--env", "TurnRL/Sokoban-v1", "--warm-start", "verbatim"])
+        parse_sft_config(["--env", "TurnRL/Sokoban-v2", "--warm-start", "verbatim"])
 
 
 def test_wiki_default_imitates_the_reference_alone_and_weakened_is_a_named_option():
@@ -52,10 +53,10 @@ def test_wiki_default_imitates_the_reference_alone_and_weakened_is_a_named_optio
     weak = parse_sft_config(["--warm-start", "weakened"])
     assert (weak.policy, weak.episodes, weak.epochs) == ("scripted:reference=0.3,scripted:direct=0.7", 64, 2)
     assert parse_sft_config(["--warm-start", "weakened", "--epochs", "3"]).epochs == 3  # a flag given wins
-    sokoban = parse_sft_config(["--env", "TurnRL/Sokoban-v1", "--warm-start", "weakened"])
+    sokoban = parse_sft_config(["--env", "TurnRL/Sokoban-v2", "--warm-start", "weakened"])
     assert (sokoban.policy, sokoban.episodes) == ("scripted:bfs", 64)  # the bfs64 warm start
     with pytest.raises(InvalidArgument, match="weakened is defined for"):
-        parse_sft_config(["--env", "TurnRL/Sokoban-v1", "TurnRL/SearchR1-v1", "--warm-start", "weakened"])
+        parse_sft_config(["--env", "TurnRL/Sokoban-v2", "TurnRL/SearchR1-v2", "--warm-start", "weakened"])
     with pytest.raises(InvalidArgument, match="--warm-start 'strong'"):
         SFTConfig(warm_start="strong")
 
@@ -66,7 +67,7 @@ def test_weakened_policies_exist_in_their_envs(family):
 
     from agentgym_turn.policies import get_scripted_policy
 
-    env = gym.make(f"TurnRL/{family}-v1")
+    env = gym.make(f"TurnRL/{family}-v2")
     policy = {**FAMILY_DEFAULTS.get(family, {}), **WEAKENED[family]}.get("policy", SFTConfig.policy)
     for name in parse_policy_mix(policy)[0]:
         assert callable(get_scripted_policy(env, name))
@@ -125,7 +126,7 @@ def test_sft_step_with_a_shared_prompt_equals_whole_episodes(tiny_model, tokeniz
     from trainers.rollout import EnvPool, RolloutConfig
     from trainers.sft import demonstrations, sft_train
 
-    pool = EnvPool(["TurnRL/WikiTwoTurn-v1"])
+    pool = EnvPool(["TurnRL/WikiTwoTurn-v2"])
     mix = "scripted:reference=0.5,scripted:direct=0.5"
     demos = demonstrations(pool, tokenizer, mix, 4, 0, RolloutConfig(64, 1024, 2))
     models = [copy.deepcopy(tiny_model).float() for _ in range(2)]

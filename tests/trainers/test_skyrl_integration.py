@@ -468,7 +468,7 @@ def test_skyrl_generator_and_trainer_reproduce_trainers_credit(tokenizer):
     register_skyrl_envs()
     names = ["mt_grpo", "tarl", "grpo_or", "gigpo", "mt_rloo_rtg"]
     register_skyrl_estimators(names)
-    tasks = [("TurnRL/Sokoban-v1", 3), ("TurnRL/WikiTwoTurn-v1", 0)]
+    tasks = [("TurnRL/Sokoban-v2", 3), ("TurnRL/WikiTwoTurn-v2", 0)]
     played = [native_group(env_id, seed, g) for g, (env_id, seed) in enumerate(tasks)]
     size = len(played[0][0])
     cfg = config_mod.SkyRLTrainConfig()

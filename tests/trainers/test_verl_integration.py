@@ -329,7 +329,7 @@ def test_agent_loop_plays_wiki_two_turn_through_smollm2(smollm2_server):
     base_url, tokenizer = smollm2_server
     agent = build_agent_loop(base_url, tokenizer, max_tokens_per_turn=24)
     assert isinstance(agent, val.TurnRLAgentLoop)
-    outputs = run_rows(agent, [{"env_id": "TurnRL/WikiTwoTurn-v1", "seed": s} for s in (0, 1)])
+    outputs = run_rows(agent, [{"env_id": "TurnRL/WikiTwoTurn-v2", "seed": s} for s in (0, 1)])
     for out in outputs:
         check_output(out, tokenizer)
         assert all(len(t) for t in out.extra_fields[vt.RECORD_KEY]["turn_rewards"])
@@ -382,7 +382,7 @@ def text_policy_server(tokenizer):
     stop(server)
 
 
-@pytest.mark.parametrize("env_id", ["TurnRL/WikiTwoTurn-v1", "TurnRL/SearchR1-v1"])
+@pytest.mark.parametrize("env_id", ["TurnRL/WikiTwoTurn-v2", "TurnRL/SearchR1-v2"])
 def test_agent_loop_episode_equals_trainers_rollout_and_feeds_the_estimator(env_id, text_policy_server, tokenizer):
     """Inside verl the episode has exactly the ids, masks and rewards trainers.rollout gives it; its row then goes
     through verl's compute_advantage with a TurnRL estimator and matches trainers.credit."""
@@ -423,7 +423,7 @@ def test_agent_loop_names_a_missing_env_id():
 
     with pytest.raises(InvalidArgument, match="env_id"):
         episode_spec({"task": {}}, 0)
-    assert episode_spec({"env_id": "TurnRL/SearchR1-v1", "seed": 4}, 9) == ("TurnRL/SearchR1-v1", None, 4, {})
+    assert episode_spec({"env_id": "TurnRL/SearchR1-v2", "seed": 4}, 9) == ("TurnRL/SearchR1-v2", None, 4, {})
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -513,7 +513,7 @@ def test_example_dataset_rows_reach_the_agent_loop_through_verls_dataset(tmp_pat
     spec = importlib.util.spec_from_file_location("make_dataset", path)
     make_dataset = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(make_dataset)
-    make_dataset.main(["--env", "TurnRL/WikiTwoTurn-v1", "--out", str(tmp_path), "--train", "2", "--val", "1"])
+    make_dataset.main(["--env", "TurnRL/WikiTwoTurn-v2", "--out", str(tmp_path), "--train", "2", "--val", "1"])
     data_config = OmegaConf.create(
         {"max_prompt_length": 1024, "filter_overlong_prompts_workers": 1, "cache_dir": str(tmp_path)}
     )
@@ -540,7 +540,7 @@ def test_rows_through_verls_own_batching_keep_records_but_its_last_token_score_i
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 
     agent = build_agent_loop(text_policy_server, tokenizer, max_tokens_per_turn=96, response_length=512)
-    outputs = run_rows(agent, [{"env_id": "TurnRL/WikiTwoTurn-v1", "seed": s} for s in (5, 6, 7)])
+    outputs = run_rows(agent, [{"env_id": "TurnRL/WikiTwoTurn-v2", "seed": s} for s in (5, 6, 7)])
     worker = AgentLoopWorker.__new__(AgentLoopWorker)  # what its postprocessing reads, without Ray or a model
     worker.rollout_config = OmegaConf.create({"prompt_length": 1024, "response_length": 512})
     worker.tokenizer, worker.processor, worker.reward_loop_worker_handles = tokenizer, None, None

@@ -25,7 +25,7 @@ Worked example (what SkyRL's generator does, with a scripted turn instead of a m
     >>> import skyrl_gym
     >>> from trainers.integrations.skyrl_turnrl import register_skyrl_envs
     >>> _ = register_skyrl_envs()
-    >>> env = skyrl_gym.make("TurnRL/Sokoban-v1", env_config={}, extras={"seed": 0})
+    >>> env = skyrl_gym.make("TurnRL/Sokoban-v2", env_config={}, extras={"seed": 0})
     >>> prompt, meta = env.init([])
     >>> [m["role"] for m in prompt]
     ['system', 'user']

@@ -42,7 +42,7 @@ class TurnRecord:
     """What a TurnRL env tells an external trainer about one finished (or cut) episode.
 
     Attributes:
-        env_id: the TurnRL id (``TurnRL/WikiTwoTurn-v1``).
+        env_id: the TurnRL id (``TurnRL/WikiTwoTurn-v2``).
         reward_levels: the env's ``{component: "turn" | "outcome"}``.
         turn_rewards: one dict per policy turn: that turn's components, late ones (a judge's) on their turns.
         step_rewards: what each ``step`` returned, i.e. the float the trainer placed on the turn's last token (the

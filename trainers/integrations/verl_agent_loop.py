@@ -17,7 +17,7 @@ of one played by ``trainers.rollout.collect``; only the generator differs. It ha
 - ``extra_fields``: ``turn_scores`` (each turn's reward, verl's own key), ``turnrl_record`` (the turn components and
   their levels, see :mod:`trainers.integrations.verl_turnrl`) and ``turnrl_metrics`` (the env's episode metrics).
 
-A dataset row names its episode in ``extra_info``: ``{"env_id": "TurnRL/WikiTwoTurn-v1", "task": {...},
+A dataset row names its episode in ``extra_info``: ``{"env_id": "TurnRL/WikiTwoTurn-v2", "task": {...},
 "seed": 3, "env_kwargs": {...}}`` (``task`` optional: the env draws one from ``seed``; ``task`` and ``env_kwargs``
 may be JSON text); ``raw_prompt`` (verl requires it) is kept for logging only, the prompt is what the env's
 ``reset`` says. ``examples/verl/make_dataset.py`` builds such datasets. Register the loop with verl's agent-loop
@@ -93,7 +93,7 @@ def episode_spec(extra_info: Any, index: Any) -> tuple[str, dict | None, int, di
     if not isinstance(env_id, str) or not env_id:
         raise InvalidArgument(
             f"the row's extra_info {info!r:.200} has no 'env_id'; TurnRL rows need extra_info={{'env_id': "
-            "'TurnRL/WikiTwoTurn-v1', 'task': {...}, 'seed': N}} (examples/verl/make_dataset.py writes them)."
+            "'TurnRL/WikiTwoTurn-v2', 'task': {...}, 'seed': N}} (examples/verl/make_dataset.py writes them)."
         )
     seed = info.get("seed", index if index is not None else 0)
     task, env_kwargs = info.get("task"), info.get("env_kwargs")

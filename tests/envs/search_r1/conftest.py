@@ -1,4 +1,4 @@
-"""Fixtures for TurnRL/SearchR1-v1: a real Lucene index over the paper's Table 3/4 passages, and a scripted
+"""Fixtures for TurnRL/SearchR1-v2: a real Lucene index over the paper's Table 3/4 passages, and a scripted
 OpenAI-compatible judge server (a real HTTP server with fixed replies: it tests the protocol, parsing and retries)."""
 
 from __future__ import annotations

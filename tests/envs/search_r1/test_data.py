@@ -1,4 +1,4 @@
-"""SearchR1-v1 question sets: FlashRAG / Search-R1 file formats (fixtures written here), the offline single- and
+"""SearchR1-v2 question sets: FlashRAG / Search-R1 file formats (fixtures written here), the offline single- and
 two-hop construction on hand-made articles, and the oracle check over the bundled corpus (every gold answer is
 retrieved and answered by the oracle policy)."""
 

@@ -1,4 +1,4 @@
-"""TurnRL/SearchR1-v1: the paper's rollout tables (Table 3, Table 4), the search-penalty arithmetic over several
+"""TurnRL/SearchR1-v2: the paper's rollout tables (Table 3, Table 4), the search-penalty arithmetic over several
 turns, budget and invalid-turn edge cases, metrics, fork, scripted policies and fuzzing of ``step``."""
 
 from __future__ import annotations
@@ -282,7 +282,7 @@ def test_scripted_policies(make):
 
 
 def test_gym_make_with_kwargs(table_retriever):
-    env = gym.make("TurnRL/SearchR1-v1", tasks=[TABLE3_TASK], retriever=table_retriever, max_turns=6)
+    env = gym.make("TurnRL/SearchR1-v2", tasks=[TABLE3_TASK], retriever=table_retriever, max_turns=6)
     assert env.unwrapped.max_turns == 6 and env.unwrapped.reward_levels["outcome"] == "outcome"
     env.close()
 

@@ -1,4 +1,4 @@
-"""The LLM-judge path of SearchR1-v1: the D.2 prompts, the score parsers on malformed replies, and the env against
+"""The LLM-judge path of SearchR1-v2: the D.2 prompts, the score parsers on malformed replies, and the env against
 a real OpenAI-compatible HTTP server with scripted replies (protocol, parsing, retries and failure reporting)."""
 
 from __future__ import annotations

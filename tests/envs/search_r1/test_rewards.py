@@ -1,4 +1,4 @@
-"""The pure reward functions of SearchR1-v1 (``001_…`` §5.2): format rules, retrieval, search count, outcome."""
+"""The pure reward functions of SearchR1-v2 (``001_…`` §5.2): format rules, retrieval, search count, outcome."""
 
 from __future__ import annotations
 
