@@ -11,9 +11,11 @@ sierra-research/tau2-bench, MIT), or from a tau2-bench checkout given as ``data_
 mind), and τ²-bench's split puts members of one family on both sides: retail train task 67 asks, word for word, what
 test task 68 asks. :func:`held_out_overlaps` finds the training tasks that share a gold database write or their
 request (:func:`request_overlap` at least :data:`SAME_REQUEST`) with a test task, and
-``split_tasks("train", disjoint_held_out=True)`` leaves them out::
+``split_tasks("train", disjoint_held_out=<the domain's write tools>)`` leaves them out::
 
-    >>> sorted(held_out_overlaps(data)["67"]), len(data.split_tasks("train", disjoint_held_out=True))
+    >>> from envs.tau.verifier import write_tool_names
+    >>> writes = write_tool_names("retail")
+    >>> sorted(held_out_overlaps(data, writes)["67"]), len(data.split_tasks("train", disjoint_held_out=writes))
     (['68'], 52)
 """
 
@@ -87,7 +89,7 @@ class DomainData:
     tasks: list[dict[str, Any]]
     policy: str
     splits: dict[str, list[str]]
-    cache: dict[str, Any] = field(default_factory=dict, repr=False)
+    cache: dict[Any, Any] = field(default_factory=dict, repr=False)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def task_by_id(self, task_id: str) -> dict[str, Any]:
@@ -99,17 +101,18 @@ class DomainData:
             raise InvalidArgument(f"{self.domain} has no task id {task_id!r}; ids run {self.tasks[0]['id']!r}....")
         return index[task_id]
 
-    def split_tasks(self, split: str, *, disjoint_held_out: bool = False) -> list[dict[str, Any]]:
+    def split_tasks(self, split: str, *, disjoint_held_out: Iterable[str] | None = None) -> list[dict[str, Any]]:
         """The tasks of ``split`` (``"train"``, ``"test"``, ``"base"`` or ``"all"``), in file order. With
-        ``disjoint_held_out``, ``"train"`` leaves out the tasks that overlap a test task (:func:`held_out_overlaps`);
-        the other splits are unchanged."""
+        ``disjoint_held_out`` (the domain's write tool names, :func:`envs.tau.verifier.write_tool_names`, which this
+        module cannot import: the tools import it), ``"train"`` leaves out the tasks that overlap a test task
+        (:func:`held_out_overlaps`); the other splits are unchanged."""
         if split == "all":
             return list(self.tasks)
         if split not in self.splits:
             raise InvalidArgument(f"split={split!r} is not a {self.domain} split; use one of {[*self.splits, 'all']}.")
         wanted = set(self.splits[split])
-        if disjoint_held_out and split == "train":
-            wanted -= set(held_out_overlaps(self))
+        if disjoint_held_out is not None and split == "train":
+            wanted -= set(held_out_overlaps(self, disjoint_held_out))
         return [t for t in self.tasks if t["id"] in wanted]
 
 
@@ -158,19 +161,18 @@ def load_domain(domain: str, data_dir: str | Path | None = None) -> DomainData:
         return _LOADED[key]
 
 
-def held_out_overlaps(data: DomainData) -> dict[str, tuple[str, ...]]:
+def held_out_overlaps(data: DomainData, writes: Iterable[str]) -> dict[str, tuple[str, ...]]:
     """Training task id -> the test task ids it overlaps, for every training task that overlaps one (memoised).
 
     A train and a test task overlap when they share a gold action that writes the database (the same tool with the
     same arguments: part of the test task's answer) or their customer's request (:func:`request_overlap` at
-    least :data:`SAME_REQUEST`). Ids shared by both splits overlap too (τ²-bench's splits share none).
+    least :data:`SAME_REQUEST`). Ids shared by both splits overlap too (τ²-bench's splits share none). ``writes``:
+    the domain's write tool names (:func:`envs.tau.verifier.write_tool_names`).
     """
-    memo = data.cache.get("held_out_overlaps")
+    writes = frozenset(writes)
+    memo = data.cache.get(("held_out_overlaps", writes))
     if memo is not None:
         return memo
-    from envs.tau.verifier import write_tool_names  # the verifier imports this module
-
-    writes = write_tool_names(data.domain)
     test = [(t["id"], gold_writes(t, writes), request_trigrams(t)) for t in data.split_tasks("test")]
     found: dict[str, tuple[str, ...]] = {}
     for task in data.split_tasks("train"):
@@ -182,5 +184,5 @@ def held_out_overlaps(data: DomainData) -> dict[str, tuple[str, ...]]:
         )
         if hits:
             found[task["id"]] = hits
-    data.cache["held_out_overlaps"] = found
+    data.cache[("held_out_overlaps", writes)] = found
     return found

@@ -258,7 +258,8 @@ class TauEnv(TurnEnv):
             raise InvalidArgument(f"max_turns={max_turns!r} must be a positive int (TARL uses 30).")
         self.domain = domain
         self._data: DomainData = load_domain(domain, data_dir)
-        self._tasks = self._data.split_tasks(split, disjoint_held_out=bool(disjoint_held_out))
+        writes = write_tool_names(domain) if disjoint_held_out else None
+        self._tasks = self._data.split_tasks(split, disjoint_held_out=writes)
         if not self._tasks:
             raise InvalidArgument(f"split={split!r} of {domain} has no tasks.")
         self.split = split
