@@ -52,8 +52,6 @@ def test_check_turn_env(env):
     """Every registered id keeps the whole turn contract (agentgym_turn.check_turn_env), hostile actions included.
     An older speech id is checked without the hostile actions (each costs a synthesised user turn): its current
     id, the same class, replays them."""
-    from agentgym_turn.registration import ENV_SPECS
-
     older_speech = "Speech" in env.spec.id and bool(ENV_SPECS[env.spec.id].outdated)
     check_turn_env(env, episodes=1, held_out=env.spec.id not in HELD_OUT_OVERLAPS, hostile=not older_speech)
 
