@@ -125,6 +125,9 @@ REQUESTS: tuple[tuple[str, str], ...] = (
     ("Name an animal.", "cat"),
 )
 FINAL_REQUEST = ("Say done.", "done")
+#: What the distractor turns ask: ``"open"`` draws each request from :data:`REQUESTS` (a number, a color, yes or
+#: no, an animal: answers a sampled policy varies), ``"fixed"`` asks ``Say done.`` at every one (a single answer).
+DISTRACTORS = ("open", "fixed")
 _CHOICE = re.compile(r"<choice>(.*?)</choice>", re.S | re.I)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
 _TRIM = " \t\r\n.,;:!?\"'`*"
@@ -325,7 +328,7 @@ class CreditChainEnv(TurnEnv):
 
     ## Arguments
     ``gym.make("TurnRL/CreditChain-v0", horizon=4, noise=1.0, reveal=False, outcome_prob=1.0, noise_level="turn",
-    preset=None, split="train")`` (these values are the defaults, the ``umbrella`` preset):
+    preset=None, distractors="open", split="train")`` (these values are the defaults, the ``umbrella`` preset):
 
     * ``horizon`` (2..100): turns per episode; the outcome comes ``horizon - 1`` turns after the pick, with
       ``horizon - 2`` distractor turns between (none at 2). A trainer's ``--max-turns`` must be at least this.
@@ -342,13 +345,21 @@ class CreditChainEnv(TurnEnv):
       reveal=True, outcome_prob=0.25``). It sets ``noise``, ``reveal``, ``outcome_prob`` and ``noise_level``; any
       of them passed too overrides the preset's (``preset="flaky_outcome", noise=1.0``). From a trainer:
       ``--env-kwarg preset=noisy_outcome --env-kwarg horizon=8``.
+    * ``distractors``: what the distractor turns ask (:data:`DISTRACTORS`). ``"open"`` draws a short request
+      (``Say a number from 1 to 9.``, ``Name a color.``, ``Say yes or no.``, ``Name an animal.``); a policy sampled
+      at temperature 1 varies its answers, and every strategy hands those answer tokens the outcome's advantage,
+      noise included, so part of each update is noise in weights the pick shares. ``"fixed"`` asks ``Say done.``
+      at every distractor turn, whose one answer a cold start makes near certain, so the noise stays in the
+      rewards and out of the update (a pilot found this a smaller limit than the number of optimizer steps:
+      ``experiments/runs/credit_chain/NOTES.md``). The rewards are the same either way.
     * ``split``: ``"train"`` (144 tasks, 72 clue words) or ``"test"`` (48 tasks, 24 held-out clue words; the
       registry's held-out kwargs).
 
     ``reset(options={"task": {"frame": ..., "cue": ..., "options": [a, b], "answer": a}})`` poses a task of your
     own. Tasks are drawn uniformly from the split with ``self.np_random``; the same seed poses the same task,
     requests, noise signs and outcome coin at every ``noise``, ``reveal``, ``noise_level`` and ``outcome_prob`` (a
-    coin that pays at one ``outcome_prob`` pays at every larger one).
+    coin that pays at one ``outcome_prob`` pays at every larger one), and the same task, noise signs and coin at
+    either ``distractors``.
 
     ## Version History
     * v0: initial version. Choices: outcome 1/0 (bsuite pays ±1); distractor noise ±``noise`` (bsuite's ±1 at 1); the
@@ -356,7 +367,8 @@ class CreditChainEnv(TurnEnv):
       missing or malformed pick is a wrong pick; ``outcome_prob`` is one coin per episode, drawn at reset after the
       noise (so a seeded episode at the defaults pays what it did before the kwarg existed); ``outcome_noise`` pays the
       noise at the distractor turns, not folded into turn H's ``outcome``, so the step rewards and ``outcome``'s 0/1
-      values stay the same at either ``noise_level``.
+      values stay the same at either ``noise_level``. Later, without a version bump (the defaults pose and pay what
+      they did): ``distractors="fixed"``.
     """
 
     reward_levels: ClassVar[dict[str, RewardLevel]] = {
@@ -381,6 +393,7 @@ class CreditChainEnv(TurnEnv):
         outcome_prob: float | None = None,
         noise_level: str | None = None,
         preset: str | None = None,
+        distractors: str = "open",
         split: str = "train",
         render_mode: str | None = None,
         max_action_chars: int = 4096,
@@ -408,7 +421,13 @@ class CreditChainEnv(TurnEnv):
                 f"noise_level={noise_level!r}; use 'turn' (the noise is its own turn-level component) or 'outcome' "
                 "(it counts as part of the outcome)."
             )
+        if distractors not in DISTRACTORS:
+            raise InvalidArgument(
+                f"distractors={distractors!r}; use 'open' (varied requests) or 'fixed' (every distractor turn asks "
+                "'Say done.')."
+            )
         self.horizon = horizon
+        self.distractors = distractors
         self.noise = float(noise)
         self.reveal = reveal
         self.outcome_prob = float(outcome_prob)
@@ -455,7 +474,8 @@ class CreditChainEnv(TurnEnv):
     def _begin(self, task: dict[str, Any]) -> list[Message]:
         n = self.horizon - 2
         self._noise = distractor_noise(self.np_random, n, self.noise)
-        self._requests = [REQUESTS[int(i)] for i in self.np_random.integers(len(REQUESTS), size=n)]
+        drawn = self.np_random.integers(len(REQUESTS), size=n)  # drawn either way: the coin below stays the same
+        self._requests = [REQUESTS[int(i)] if self.distractors == "open" else FINAL_REQUEST for i in drawn]
         self._requests.append(FINAL_REQUEST)
         self._paid = outcome_paid(self.np_random, self.outcome_prob)  # drawn last: the draws above never change
         self._choice = None

@@ -139,6 +139,21 @@ def test_zero_noise_pays_zero_and_the_same_seed_poses_the_same_episode_at_every_
     assert len(openings) == 1  # the task, the requests, the noise signs: only their size differs
 
 
+def test_fixed_distractors_ask_say_done_and_keep_the_task_noise_coin_and_rewards():
+    logs = {}
+    for distractors in ("open", "fixed"):
+        env = gym.make(ENV_ID, preset="noisy_outcome", horizon=6, outcome_prob=0.5, distractors=distractors)
+        logs[distractors] = [play(env, policy, seed=seed) for policy in ("oracle", "wrong") for seed in range(8)]
+    for a, b in zip(logs["open"], logs["fixed"], strict=True):
+        asked = [m["content"] for m in b.history if m["role"] == "user"][1:]
+        assert all(q.endswith("Say done.") for q in asked) and len(asked) == 5
+        assert a.history[1] == b.history[1]  # the same task
+        assert [i["reward_components"] for i in a.infos] == [i["reward_components"] for i in b.infos]
+        assert b.metrics["env/answer_rate"] == 1.0  # the scripted answer fits the request
+    open_asks = {m["content"] for log in logs["open"] for m in log.history if m["role"] == "user"}
+    assert any("Name a color." in q for q in open_asks)  # the default still varies the requests
+
+
 def test_distractor_noise_draws_n_signs_whatever_the_scale():
     a, b = np.random.default_rng(0), np.random.default_rng(0)
     assert np.sign(distractor_noise(a, 50, 3.0)).tolist() == np.sign(distractor_noise(b, 50, 1.0)).tolist()
@@ -189,6 +204,7 @@ def test_bad_arguments_and_tasks_raise_with_the_fix():
         ({"noise_level": "episode"}, "noise_level='episode'; use 'turn'"),
         ({"preset": "umbrella_length"}, "preset='umbrella_length'; use one of ('umbrella',"),
         ({"preset": "flaky_outcome", "outcome_prob": -1.0}, "outcome_prob=-1.0"),  # an override is checked too
+        ({"distractors": "none"}, "distractors='none'; use 'open'"),
     ]:
         with pytest.raises(InvalidArgument, match=re.escape(match)):
             CreditChainEnv(**kwargs)
