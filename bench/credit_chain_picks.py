@@ -1,18 +1,20 @@
 """TurnRL/CreditChain-v0: does a policy's turn-1 pick depend on the clue? Teacher-forced pick probabilities.
 
-    python bench/credit_chain_picks.py smollm2 experiments/runs/credit_chain/warm_start/policy   # ~30 s a model
+    python bench/credit_chain_picks.py smollm2 experiments/runs/credit_chain/warm_start/policy   # ~100 s a model
 
 For every task of both splits (144 training, 48 held-out) the script scores the two well-formed first turns,
-``<choice>A</choice>`` and ``<choice>B</choice>``, under the model (teacher-forced, fp32, the chat template of the
-model's tokenizer, the horizon-4 opening) and reports, per split: the mean probability of the right option given
-one of the two (``P(right)``), the fraction of tasks where the right one is the likelier (``greedy right``), the
-mean ``P(right)`` per option pair, and the mean probability mass the two well-formed picks hold (1: the model
-answers turn 1 in the asked format). A sampled evaluation reads the same thing with noise; this reads it exactly.
+``<choice>A</choice>`` and ``<choice>B</choice>``, under the model (teacher-forced, fp32, after the env's own
+opening at ``--horizon``, rendered and tokenised as the trainer's rollouts do) and reports, per split: the mean
+probability of the right option given one of the two (``P(right)``), the fraction of tasks where the right one is
+the likelier (``greedy right``), the mean ``P(right)`` per option pair, and the mean probability mass the two
+well-formed picks hold (1: the model answers turn 1 in the asked format). A sampled evaluation reads the same thing
+with noise; this reads it exactly.
 
 Reading: ``P(right)`` 0.50 on every pair with ``greedy right`` 0.50 means the pick ignores the clue (a constant per
 pair, or a coin); a policy that learned the mapping (rainy words -> umbrella) has ``P(right)`` well above 0.5 on the
 training words, and on the held-out words as far as the mapping carries over. ``smollm2`` is the bundled
-SmolLM2-135M-Instruct as downloaded; any other argument is a saved policy folder.
+SmolLM2-135M-Instruct as downloaded; any other argument is a saved policy folder. ~100 s a model on a 2-core EPYC
+with ``avx512_bf16`` (2026-11-28); run it alone, not beside a training job.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
-from envs.credit_chain import SPLITS, SYSTEM_PROMPT, build_tasks
+from agentgym_turn.models import load_causal_lm
+from envs.credit_chain import SPLITS, CreditChainEnv, build_tasks
+from trainers.rollout import encode, render
 
 
 def pick_logprob(model, prompt_ids: list[int], continuation: list[int]) -> float:
@@ -38,32 +42,21 @@ def pick_logprob(model, prompt_ids: list[int], continuation: list[int]) -> float
     return float(sum(logp[i, t] for i, t in enumerate(continuation)))
 
 
-def score_model(path: str, horizon: int) -> dict[str, dict[str, float]]:
+def score_model(spec: str, horizon: int) -> dict[str, dict[str, float]]:
     """Per split: ``p_right``, ``greedy_right``, ``mass`` and ``p_right/<frame>`` over every task of the split."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    if path == "smollm2":
-        from agentgym_turn.models import smollm2_dir
-
-        path = str(smollm2_dir())
-    if not Path(path).is_dir():
-        raise SystemExit(f"model {path!r} is not a folder; pass a saved policy folder or 'smollm2'.")
-    tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    if spec != "smollm2" and not Path(spec).is_dir():
+        raise SystemExit(f"model {spec!r} is not a folder; pass a saved policy folder or 'smollm2'.")
+    model, tok = load_causal_lm(spec, dtype="float32")
+    model.eval()
+    env = CreditChainEnv(horizon=horizon)
     out: dict[str, dict[str, float]] = {}
     for split in SPLITS:
         rows: list[tuple[str, float, float]] = []
         for task in build_tasks(split):
             a, b = task["options"]
-            opening = f"Turn 1/{horizon}. {task['frame']}: {task['cue']}. Take {a} or {b}?"
-            messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": opening}]
-            text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-            prompt = tok(text, add_special_tokens=False)["input_ids"]
-            la, lb = (
-                pick_logprob(model, prompt, tok(f"<choice>{o}</choice>", add_special_tokens=False)["input_ids"])
-                for o in (a, b)
-            )
+            messages, _ = env.reset(seed=0, options={"task": task})
+            prompt = encode(tok, render(tok, messages, generation_prompt=True))
+            la, lb = (pick_logprob(model, prompt, encode(tok, f"<choice>{o}</choice>")) for o in (a, b))
             p_a = 1.0 / (1.0 + math.exp(lb - la))
             rows.append((task["frame"], p_a if task["answer"] == a else 1.0 - p_a, math.exp(la) + math.exp(lb)))
         n = len(rows)
