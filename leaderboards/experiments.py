@@ -132,8 +132,9 @@ def main(argv: Sequence[str] | None = None, *, launch: Launch = launch_subproces
         nargs="+",
         default=(),
         metavar="ARM[/seedK]",
-        help="run: play only these arms (every seed), runs or warm-start check seeds, e.g. --only lr1e-5/seed1 "
-        "(default: the whole grid and the warm start's check seeds)",
+        help="run: play only these arms (every seed), runs or warm starts, e.g. --only lr1e-5/seed1, --only "
+        "warm_start (built and evaluated alone), --only warm_start_seed1 (default: the whole grid and the warm "
+        "start's check seeds)",
     )
     args = parser.parse_args(argv)
     try:

@@ -70,15 +70,19 @@ def train_command(spec: Spec, run: Run, warm: Path | None) -> list[str]:
 
 
 def eval_commands(spec: Spec, policy: Path, out: Path, budget: Mapping[str, Any]) -> list[list[str]]:
-    """One ``python -m leaderboards.evaluate`` per env id: greedy, the held-out tasks, ``budget`` (see
+    """One ``python -m leaderboards.evaluate`` per env id: greedy (or ``[eval]``'s temperature and trials), the
+    held-out tasks, ``budget`` (see
     :func:`eval_budget`) as flags; every episode's text goes to ``out/transcripts/<env>.jsonl`` (committed with the
     results: what the final policy does, readable without its weights)."""
     cmds = []
     for env_id in spec.env:
         transcripts = out / "transcripts" / (env_id.rpartition("/")[2] + ".jsonl")
         cmd = [sys.executable, "-m", "leaderboards.evaluate", "--env", env_id, "--model", str(policy),
-               "--episodes", str(spec.eval.tasks), "--seed", str(spec.eval.seed), "--temperature", "0",
+               "--episodes", str(spec.eval.tasks), "--seed", str(spec.eval.seed),
+               "--temperature", "0" if not spec.eval.temperature else str(spec.eval.temperature),
                "--results-dir", str(out), "--no-tables", "--transcripts", str(transcripts)]  # fmt: skip
+        if spec.eval.trials > 1:
+            cmd += ["--trials", str(spec.eval.trials)]
         cmd += render_flags(budget)
         for key, value in spec.eval.env_kwargs.items():
             cmd += ["--env-kwarg", f"{key}={json.dumps(value)}"]
@@ -319,13 +323,13 @@ def play_run(spec: Spec, run: Run, warm: Path | None, *, launch: Launch = launch
 
 def select_runs(spec: Spec, root: Path, only: Sequence[str] = ()) -> list[Run]:
     """The grid's runs in play order, or those named by ``only`` (``ARM`` for every seed of an arm, ``ARM/seedK``
-    for one run; a warm start's check seed, ``warm_start_seed<k>``, is accepted and selects no run); an unknown
-    name raises, listing the grid's."""
+    for one run; the warm start, ``warm_start``, or one of its check seeds, ``warm_start_seed<k>``, is accepted and
+    selects no run: :func:`run_grid` builds and evaluates it alone); an unknown name raises, listing the grid's."""
     runs = spec.runs(root)
     if not only:
         return runs
     names = {r.arm.name for r in runs} | {f"{r.arm.name}/seed{r.seed}" for r in runs}
-    checks = {out.name for _seed, out in spec.check_dirs(root)}
+    checks = {out.name for _seed, out in spec.check_dirs(root)} | ({"warm_start"} if spec.warm_start else set())
     unknown = [o for o in only if o not in names | checks]
     if unknown:
         raise InvalidArgument(f"--only {unknown}: not in {spec.path}'s grid; use an arm or ARM/seedK of "

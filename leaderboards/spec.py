@@ -82,8 +82,11 @@ class WarmStart:
 
 @dataclass(frozen=True)
 class EvalSpec:
-    """Held-out greedy evaluation: ``tasks`` tasks drawn by ``seed`` with ``env_kwargs`` over the family's held-out
-    kwargs; ``every`` N steps inside training (0 = only the final evaluation); ``paired``: an episode metric
+    """Held-out evaluation: ``tasks`` tasks drawn by ``seed`` with ``env_kwargs`` over the family's held-out
+    kwargs, greedy by default; ``temperature`` > 0 with ``trials`` episodes a task makes the final evaluations sampled
+    (every table value is then a task's mean over its trials: a policy's probability of a right answer, where greedy
+    decoding reads only which side of 0.5 it lies; the in-training evaluations stay greedy); ``every`` N steps inside
+    training (0 = only the final evaluation); ``paired``: an episode metric
     (``env/exact_match``) whose change from the warm start the table gives per arm, paired on the same tasks
     (:func:`paired_delta`, from the final evaluations' transcripts); ``versus``: an arm (the recipe) that every
     other arm is also compared with on the same ``paired`` metric, seeds and tasks (an ablation's effect: one
@@ -95,6 +98,8 @@ class EvalSpec:
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
     paired: str | None = None
     versus: str | None = None
+    temperature: float = 0.0
+    trials: int = 1
 
 
 @dataclass(frozen=True)
@@ -252,7 +257,7 @@ def load_spec(path: str | Path) -> Spec:
                                   "from the warm start built at seed k) or false (all from one).")  # fmt: skip
         warm = WarmStart(table.get("module", "trainers.sft"), args, tuple(check), per_seed)
     ev = dict(data.get("eval", {}))
-    eval_keys = ("tasks", "seed", "every", "env_kwargs", "paired", "versus")
+    eval_keys = ("tasks", "seed", "every", "env_kwargs", "paired", "versus", "temperature", "trials")
     _check_fields(f"{where} [eval]", list(ev), {k: None for k in eval_keys})
     eval_spec = EvalSpec(**ev)
     if eval_spec.versus is not None:
@@ -264,6 +269,19 @@ def load_spec(path: str | Path) -> Spec:
                                   "set paired = 'env/...' (an episode metric) too.")  # fmt: skip
     if eval_spec.tasks < 1 or eval_spec.every < 0:
         raise InvalidArgument(f"{where} [eval]: tasks={eval_spec.tasks} must be >= 1 and every={eval_spec.every} >= 0.")
+    if (
+        isinstance(eval_spec.trials, bool)
+        or not isinstance(eval_spec.trials, int)
+        or eval_spec.trials < 1
+        or isinstance(eval_spec.temperature, bool)
+        or not isinstance(eval_spec.temperature, int | float)
+        or not 0 <= eval_spec.temperature <= 2
+    ):
+        raise InvalidArgument(f"{where} [eval]: trials={eval_spec.trials!r} must be an int >= 1 and "
+                              f"temperature={eval_spec.temperature!r} a number in [0, 2].")  # fmt: skip
+    if eval_spec.trials > 1 and eval_spec.temperature == 0:
+        raise InvalidArgument(f"{where} [eval]: trials={eval_spec.trials} greedy episodes of a task are one episode "
+                              "repeated; sample them (temperature = 1.0) or set trials = 1.")  # fmt: skip
     if eval_spec.every and "eval_every" not in rl:
         raise InvalidArgument(
             f"{where} [eval]: every={eval_spec.every} needs RLConfig.eval_every (the in-training evaluation hook of "

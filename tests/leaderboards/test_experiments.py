@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from agentgym_turn.error import DataNotFound, InvalidArgument
+from envs.sokoban.env import LONG_HORIZON_KWARGS
 from leaderboards.evaluate import git_dirty
 from leaderboards.experiments import main
 from leaderboards.report import (
@@ -39,6 +40,7 @@ from leaderboards.runner import (
     _start_record,
     build_check_seeds,
     call_logged,
+    eval_commands,
     precision_warning,
     select_runs,
     status,
@@ -91,11 +93,29 @@ def test_flags_render_toml_values_as_cli_options():
          'versus = "recipe"\n[arms.a]\nstrategy = "grpo_or"\n', r"versus='recipe' names no arm; the arms: \['a'\]"),
         ('name = "x"\ntrainer = "grpo"\nenv = "TurnRL/Arithmetic-v0"\nseeds = [0]\n[eval]\nversus = "a"\n'
          '[arms.a]\nstrategy = "grpo_or"\n', "set paired = 'env/...'"),
+        ('name = "x"\ntrainer = "grpo"\nenv = "TurnRL/Arithmetic-v0"\nseeds = [0]\n[eval]\ntrials = 4\n'
+         '[arms.a]\nstrategy = "grpo_or"\n', "greedy episodes of a task are one episode repeated"),
+        ('name = "x"\ntrainer = "grpo"\nenv = "TurnRL/Arithmetic-v0"\nseeds = [0]\n[eval]\ntemperature = "hot"\n'
+         '[arms.a]\nstrategy = "grpo_or"\n', r"temperature='hot' a number in \[0, 2\]"),
     ],
 )  # fmt: skip
 def test_spec_errors_name_the_key_and_the_fix(tmp_path, text, message):
     with pytest.raises(ValueError, match=message):
         load_spec(_write(tmp_path / "bad.toml", text))
+
+
+def test_a_sampled_evaluation_passes_temperature_and_trials_to_every_final_evaluation(tmp_path):
+    text = (f'name = "s"\ntrainer = "grpo"\nenv = "{ENV}"\nseeds = [0]\n[budget]\nsft_episodes = 0\n[eval]\ntasks = 4\n'
+            '[arms.a]\nstrategy = "grpo_or"\n')  # fmt: skip
+    greedy = load_spec(_write(tmp_path / "g.toml", text))
+    sampled = load_spec(
+        _write(tmp_path / "s.toml", text.replace("tasks = 4", "tasks = 4\ntemperature = 1.0\ntrials = 8"))
+    )
+    (g,) = eval_commands(greedy, tmp_path / "p", tmp_path / "e", {})
+    (s,) = eval_commands(sampled, tmp_path / "p", tmp_path / "e", {})
+    assert g[g.index("--temperature") + 1] == "0" and "--trials" not in g
+    assert s[s.index("--temperature") + 1] == "1.0" and s[s.index("--trials") + 1] == "8"
+    assert s[s.index("--episodes") + 1] == "4"  # tasks, each played `trials` times
 
 
 def test_extends_takes_the_other_specs_keys_and_merges_budget_eval_and_arms(tmp_path):
@@ -116,11 +136,15 @@ def test_extends_takes_the_other_specs_keys_and_merges_budget_eval_and_arms(tmp_
         load_spec(_write(tmp_path / "orphan.toml", 'extends = "missing.toml"\nname = "x"\n'))
 
 
+CREDIT_GRIDS = ("credit_chain", "credit_chain_h2", "credit_chain_h8", "wiki_credit", "searchr1_hops_credit",
+                "sokoban_long_credit")  # issue 49: the four strategies, per-seed warm starts  # fmt: skip
+
+
 def test_committed_specs_load_and_compare_the_papers_strategies():
     specs = {p.stem: load_spec(p) for p in sorted((REPO / "experiments").glob("*.toml"))}
     credit = ["grpo_or", "grpo_mr", "mt_grpo", "gigpo"]  # issue 49: the credit comparison, per-seed warm starts
     assert {s: [a.strategy for a in spec.arms if a.stage == 1] for s, spec in specs.items()} == {
-        **{key: credit for key in ("credit_chain", "credit_chain_h2", "credit_chain_h8", "wiki_credit")},
+        **{key: credit for key in CREDIT_GRIDS},
         "searchr1_recipe": ["mt_grpo"],
         "sokoban_mtppo": ["ppo_or", "ppo_mr", "mt_ppo"],
         "sokoban_mtppo_bfs64": ["ppo_or", "ppo_mr", "mt_ppo"],
@@ -130,7 +154,7 @@ def test_committed_specs_load_and_compare_the_papers_strategies():
         "wiki_recipe_sweep": ["mt_grpo"],  # issue 26: the recipe (lr 1e-5) at three seeds
     }
     assert {s: [a.strategy for a in spec.arms if a.stage == 2] for s, spec in specs.items()} == {
-        **{key: [] for key in ("credit_chain", "credit_chain_h2", "credit_chain_h8", "wiki_credit")},
+        **{key: [] for key in CREDIT_GRIDS},
         "searchr1_recipe": ["mt_grpo"] * 5,  # refill8 (8 rounds, 12 steps), its lr sweep, refill8_1epoch, refill8_g8
         "sokoban_mtppo": [],  # its warm start never succeeds: stage 2 is played from the stronger one below
         "sokoban_mtppo_bfs64": ["turn_ppo", "gigpo"],  # issue 15: newer credit assignment, after the papers' arms
@@ -186,6 +210,18 @@ def test_committed_specs_load_and_compare_the_papers_strategies():
     wiki = specs["wiki_credit"]  # the recipe's budget, from per-seed exploring cold starts
     assert wiki.warm_start.per_seed and wiki.env == ("TurnRL/WikiTwoTurn-v2",) and "policy" not in wiki.warm_start.args
     assert wiki.budget == {**specs["wiki_recipe_sweep"].budget, "lr": 1e-5} and wiki.eval.tasks == 64
+    # item 4's harder tasks: the recipe's budget of each family, the harder kwargs in cold start, training and eval
+    for name, recipe, kwargs in (("searchr1_hops_credit", "searchr1_recipe", {"hops": 2}),
+                                 ("sokoban_long_credit", "sokoban_recipe", LONG_HORIZON_KWARGS)):  # fmt: skip
+        spec, base = specs[name], specs[recipe]
+        cfg = _config_of(spec, spec.runs(Path("runs"))[0], None)
+        flags = [f"{k}={v}" for k, v in kwargs.items()]
+        assert spec.warm_start.per_seed and spec.eval.env_kwargs == kwargs and len(spec.seeds) == 3
+        assert cfg.env_kwarg == spec.warm_start.args["env_kwarg"] == flags and cfg.max_turns == (
+            4 if "hops" in kwargs else 6
+        )
+        assert (cfg.steps, cfg.tasks_per_step, cfg.group_size, cfg.lr) == (
+            base.budget["steps"], 8, 4, 1e-5)  # fmt: skip
 
 
 def test_tables_show_the_papers_reported_rows_beside_the_arms_that_ran():
@@ -369,6 +405,7 @@ def test_per_seed_warm_starts_start_each_seed_and_pair_with_it(tmp_path):
         "warm_start", "warm_start_seed1", "warm_start_seed2", "a/seed0", "a/seed1"
     ]  # fmt: skip
     assert select_runs(spec, root, ["warm_start_seed1"]) == []  # --only can name it
+    assert select_runs(spec, root, ["warm_start"]) == []  # and the seed-0 warm start alone
 
     built: list[str] = []
 
