@@ -151,6 +151,12 @@ class RLConfig:
     ray_gen_workers: int = arg(0, "with --ray: generation actors running --engine on shipped weights (0: here)")
     ray_gen_gpus: float = arg(0.0, "GPUs each --ray-gen-workers actor reserves (1 for vLLM on GPU nodes)")
     lr: float = arg(1e-5, "policy learning rate (001 uses 1e-6 on 3B; a 135M CPU run needs more)")
+    lr_warmup_steps: int = arg(
+        0,
+        "linear warm-up of the policy learning rate over the first N steps (step k <= N trains at k/N x --lr; 0: "
+        "constant). Adam's first updates move every weight by about the rate whatever its gradient's size, noise "
+        "included; the warm-up keeps them small while its moment estimates form",
+    )
     critic_lr: float = arg(1e-4, "critic learning rate (own optimizer; 001 uses 10x the policy's)")
     clip_eps: float = arg(0.2, "PPO clip epsilon")
     value_clip: float | None = arg(0.5, "critic value clipping around the old values (None = plain MSE)")
@@ -271,6 +277,8 @@ class RLConfig:
         for name in ("lr", "critic_lr", "clip_eps", "max_grad_norm", "temperature"):
             if getattr(self, name) <= 0:
                 raise InvalidArgument(f"--{name.replace('_', '-')}={getattr(self, name)} must be > 0.")
+        if self.lr_warmup_steps < 0:
+            raise InvalidArgument(f"--lr-warmup-steps={self.lr_warmup_steps} must be >= 0 (0: a constant rate).")
         if self.sft_episodes < 0 or self.sft_epochs < 1 or self.sft_batch_episodes < 1 or self.sft_lr <= 0:
             raise InvalidArgument(
                 f"--sft-episodes={self.sft_episodes} must be >= 0, --sft-epochs={self.sft_epochs} >= 1, "
@@ -595,10 +603,21 @@ def assign_credit(batch: Batch, strategy: Any, credit_cfg: CreditConfig) -> None
     batch.signal = {**turn_signal(batch.sampled), **advantage_difference(batch.episodes, batch.credit, credit_cfg)}
 
 
+def warmup_lr(lr: float, warmup_steps: int, step: int) -> float:
+    """The policy's learning rate at (0-based) RL ``step`` under ``--lr-warmup-steps``: linear from ``lr / N`` at
+    step 0 to ``lr`` at step ``N - 1`` and after; ``lr`` throughout when ``warmup_steps`` is 0.
+
+    >>> [round(warmup_lr(1e-5, 4, k), 12) for k in range(5)]
+    [2.5e-06, 5e-06, 7.5e-06, 1e-05, 1e-05]
+    """
+    return lr if warmup_steps <= 0 else lr * min(1.0, (step + 1) / warmup_steps)
+
+
 def update(cfg: RLConfig, learner: Learner, batch: Batch) -> None:
     """Phase 4: ``--ppo-epochs`` passes over the minibatches, each a clipped-surrogate step of the policy (+ KL,
     - entropy) and, with a critic, a clipped value-loss step of the critic; gradients clipped to
-    ``--max-grad-norm``; bf16 weights pulled from their stepped fp32 masters. Losses go to ``batch.logs``."""
+    ``--max-grad-norm``; bf16 weights pulled from their stepped fp32 masters. Losses go to ``batch.logs``; the
+    policy's rate (:func:`warmup_lr`, from the step alone, so a resumed run continues the ramp) to ``losses/lr``."""
     import torch
 
     if batch.credit is None:
@@ -607,6 +626,10 @@ def update(cfg: RLConfig, learner: Learner, batch: Batch) -> None:
     if cfg.ratio_level != "token":
         segments = [ratio_segments(ep, cfg.ratio_level) for ep in batch.episodes]
     logs = batch.logs
+    lr = warmup_lr(cfg.lr, cfg.lr_warmup_steps, batch.step)
+    for group in learner.opt.param_groups:
+        group["lr"] = lr
+    logs["losses/lr"] = [lr]
     learner.policy.train()
     for epoch in range(cfg.ppo_epochs):
         for k, packs in enumerate(batch.minibatches):

@@ -92,20 +92,22 @@ def test_tiny_training_run_moves_weights_and_losses_are_finite(tmp_path, tiny_mo
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_resume_equals_an_uninterrupted_run(tmp_path, tiny_model_dir, dtype):
-    full = train(_cfg(tmp_path / "a", tiny_model_dir, steps=3, dtype=dtype))
-    train(_cfg(tmp_path / "b", tiny_model_dir, steps=2, dtype=dtype))
+    # a warm-up longer than the first attempt: the resumed step continues the ramp (its rate comes from the step)
+    full = train(_cfg(tmp_path / "a", tiny_model_dir, steps=3, dtype=dtype, lr_warmup_steps=3))
+    train(_cfg(tmp_path / "b", tiny_model_dir, steps=2, dtype=dtype, lr_warmup_steps=3))
     run = tmp_path / "b" / "run"
     with open(run / "metrics.jsonl", "a") as f:
         f.write('{"step": 3, "rollout/ret')  # the step in flight, cut by the kill
     (run / ".checkpoint-000003.tmp").mkdir()
-    resumed = train(_cfg(tmp_path / "b", tiny_model_dir, steps=3, resume=True, dtype=dtype))
+    resumed = train(_cfg(tmp_path / "b", tiny_model_dir, steps=3, resume=True, dtype=dtype, lr_warmup_steps=3))
     assert resumed["rollout/return"] == pytest.approx(full["rollout/return"])
     assert resumed["losses/policy"] == pytest.approx(full["losses/policy"], rel=1e-4, abs=1e-6)
     a = _weights(str(tmp_path / "a" / "run" / "checkpoint-000003" / "policy"))
     b = _weights(str(run / "checkpoint-000003" / "policy"))
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
-    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [1, 2, 3]
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert [r["losses/lr"] for r in rows] == pytest.approx([1e-2 / 3, 2e-2 / 3, 1e-2])
     with pytest.raises(ValueError, match="--resume"):
         train(_cfg(tmp_path / "b", tiny_model_dir, steps=4, dtype=dtype))
     (run / ENGINE_WEIGHTS).mkdir()
@@ -153,6 +155,7 @@ def test_cli_sigkill_then_resume(tmp_path, tiny_model_dir):
         (["--strategy", "mt_gpro"], "Did you mean 'mt_grpo'"),
         (["--strategy", "grpo_or", "--group-size", "1"], "--group-size=1"),
         (["--lr", "0"], "--lr=0.0 must be > 0"),
+        (["--lr-warmup-steps", "-1"], "--lr-warmup-steps=-1 must be >= 0"),
         (["--env-weights", "1", "2"], "one weight per --env"),
         (["--max-context", "64", "--max-new-tokens", "96"], "--max-context=64"),
         (["--engine", "openai"], "cannot receive"),
