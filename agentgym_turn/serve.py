@@ -111,9 +111,10 @@ def server_command(
     return argv, env
 
 
-def _die_with_parent() -> None:
-    """In the server's child process, before exec (Linux): SIGTERM it when the process that started it dies, so a
-    killed test or script leaves no server behind (elsewhere a no-op)."""
+def die_with_parent() -> None:
+    """In a child process, before exec (``subprocess``'s ``preexec_fn``; Linux): SIGTERM it when the process that
+    started it dies, so a killed test, script or experiment runner leaves no server or trainer behind (elsewhere a
+    no-op)."""
     import ctypes
     import signal
 
@@ -168,7 +169,7 @@ class VLLMServer:
         """Start the server and wait until it serves the model; raise ``ServiceError`` (with its log) if not."""
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                            start_new_session=True, preexec_fn=_die_with_parent)  # fmt: skip
+                                            start_new_session=True, preexec_fn=die_with_parent)  # fmt: skip
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

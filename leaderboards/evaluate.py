@@ -356,7 +356,10 @@ def main(argv: list[str] | None = None) -> ResultRow:
     typed = sys.argv[1:] if argv is None else list(argv)
     cfg = EvalConfig(**vars(parser.parse_args(typed)))
     quiet_logs(cfg.verbose)
-    row = evaluate(cfg, typed)
+    from trainers.engines import sigterm_exits
+
+    with sigterm_exits():  # a kill stops the vLLM engine's processes too
+        row = evaluate(cfg, typed)
     print(f"=== {row.env_id} · {row.model} ({row.engine}) · {row.episodes} tasks x {row.trials} trials · "
           f"{row.seconds:.1f} s · {row.truncated_episodes} cut ===")  # fmt: skip
     for key, m in row.metrics.items():

@@ -160,11 +160,15 @@ Launch = Callable[[list[str], Path], int]
 def launch_subprocess(cmd: list[str], log: Path) -> int:
     """The default :data:`Launch`: ``cmd`` as a child process (this process's working directory; the repository on
     ``PYTHONPATH``), its output appended to ``log``; returns its exit status. A run that crashes or is killed ends
-    only the child: the runner gets the status (negative: the signal) and stops with the log's tail."""
+    only the child: the runner gets the status (negative: the signal) and stops with the log's tail. A runner that
+    is killed takes the child along (SIGTERM on the runner's death: the trainer then stops its vLLM engine too)."""
+    from agentgym_turn.serve import die_with_parent
+
     repo = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH")) if p)}
     with open(log, "a") as f:
-        return subprocess.run(list(cmd), stdout=f, stderr=subprocess.STDOUT, env=env, check=False).returncode
+        return subprocess.run(list(cmd), stdout=f, stderr=subprocess.STDOUT, env=env, check=False,
+                              preexec_fn=die_with_parent).returncode  # fmt: skip
 
 
 def call_logged(cmd: Sequence[str], log: Path, launch: Launch = launch_subprocess) -> None:

@@ -936,11 +936,13 @@ def train(
 def main(argv: list[str] | None, *, prog: str, defaults: dict) -> dict[str, float]:
     """Parse flags (``defaults`` per CLI), train, and print what the run did."""
     from trainers.config import parse_config
+    from trainers.engines import sigterm_exits
 
     cfg = parse_config(RLConfig, argv, prog=prog, description=__doc__.split("\n\n")[0], defaults=defaults)
     quiet_logs(cfg.verbose)
     t0 = time.perf_counter()
-    last = train(cfg, command=(prog, sys.argv[1:] if argv is None else argv))
+    with sigterm_exits():  # a kill ends the run with its engine processes (a checkpoint is written atomically)
+        last = train(cfg, command=(prog, sys.argv[1:] if argv is None else argv))
     every = [json.loads(line) for line in (Path(cfg.out_dir) / "metrics.jsonl").read_text().splitlines()]
     rows = [r for r in every if r["step"] > 0]  # step 0 holds only the starting policy's held-out evaluation
     keys = [k for k in ("rollout/return", "env/tool_called", "env/exact_match", "rollout/format_rate") if k in last]

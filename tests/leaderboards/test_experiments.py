@@ -618,6 +618,43 @@ def test_launchers_append_the_output_to_the_log_and_a_failure_raises_with_its_ta
         torch.set_num_threads(threads)
 
 
+RUNNER = """
+import sys
+from pathlib import Path
+from leaderboards.runner import launch_subprocess
+
+child = "import os, pathlib, sys, time; pathlib.Path(sys.argv[1]).write_text(str(os.getpid())); time.sleep(600)"
+launch_subprocess([sys.executable, "-c", child, sys.argv[1]], Path(sys.argv[2]))
+"""
+
+
+def test_a_killed_runner_takes_its_run_along(tmp_path):
+    """SIGKILL the runner (a session's end, a ``kill -9``): its trainer child gets SIGTERM, not a life of its own."""
+    (tmp_path / "runner.py").write_text(RUNNER)
+    pid_file = tmp_path / "child.pid"
+    runner = subprocess.Popen([sys.executable, str(tmp_path / "runner.py"), str(pid_file), str(tmp_path / "log.txt")],
+                              env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    deadline = time.time() + 60
+    while not pid_file.is_file() or not pid_file.read_text():
+        assert time.time() < deadline and runner.poll() is None, "the runner did not start its child"
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    runner.kill()
+    runner.wait()
+    deadline = time.time() + 10
+    while _alive(child) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child), "the run outlived its runner"
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie, dead but not yet reaped by whoever adopted it, counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 @pytest.mark.slow
 def test_runner_end_to_end_kill_resume_skip_and_aggregate(tmp_path, tiny_model_dir, capsys):
     """The runner as the product plays it, each run a subprocess: runner and trainer killed mid-run, then resumed.
