@@ -39,6 +39,7 @@ from agentgym_turn.error import InvalidArgument
 from agentgym_turn.logs import quiet_logs
 from agentgym_turn.play import format_episode
 from agentgym_turn.policies import get_scripted_policy, run_episode
+from agentgym_turn.serve import sigterm_exits
 from leaderboards.families import EpisodeResult, Family, compute_metrics, family_for
 from leaderboards.tables import ResultRow, append_row, regenerate
 from trainers.config import arg, build_parser, config_argv
@@ -356,8 +357,6 @@ def main(argv: list[str] | None = None) -> ResultRow:
     typed = sys.argv[1:] if argv is None else list(argv)
     cfg = EvalConfig(**vars(parser.parse_args(typed)))
     quiet_logs(cfg.verbose)
-    from trainers.engines import sigterm_exits
-
     with sigterm_exits():  # a kill stops the vLLM engine's processes too
         row = evaluate(cfg, typed)
     print(f"=== {row.env_id} · {row.model} ({row.engine}) · {row.episodes} tasks x {row.trials} trials · "

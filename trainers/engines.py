@@ -20,17 +20,14 @@ Every engine returns the log-probs of the sampling distribution before top-p tru
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import shutil
-import signal
-import threading
 import time
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -46,27 +43,6 @@ def request_seed(seed: int | None, index: int) -> int | None:
     """The seed of request ``index`` of a seeded batch (``None``: unseeded). Every engine that seeds requests one
     by one uses it, so identical prompts in a batch (a group's members) sample different completions."""
     return None if seed is None else seed + index
-
-
-def _raise_exit(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
-
-
-@contextlib.contextmanager
-def sigterm_exits() -> Iterator[None]:
-    """Inside it, SIGTERM raises ``SystemExit(143)`` instead of ending the process on the spot, so ``finally``
-    blocks and exit-time finalizers run: vLLM's engine-core process (a child of the trainer or evaluation) is shut
-    down with its parent instead of running on without it (one kept a quarter of a core busy for 20 minutes after a
-    plain ``kill`` of its trainer, slowing the next job). The CLIs that start engines wrap their work in it; the
-    previous handler returns on exit; outside the main thread, where handlers cannot be set, it does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, _raise_exit)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 # ---------------------------------------------------------------------------------------------------- vLLM

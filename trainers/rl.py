@@ -935,8 +935,8 @@ def train(
 
 def main(argv: list[str] | None, *, prog: str, defaults: dict) -> dict[str, float]:
     """Parse flags (``defaults`` per CLI), train, and print what the run did."""
+    from agentgym_turn.serve import sigterm_exits
     from trainers.config import parse_config
-    from trainers.engines import sigterm_exits
 
     cfg = parse_config(RLConfig, argv, prog=prog, description=__doc__.split("\n\n")[0], defaults=defaults)
     quiet_logs(cfg.verbose)

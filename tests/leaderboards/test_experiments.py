@@ -49,6 +49,7 @@ from leaderboards.runner import (
 from leaderboards.spec import _config_of, load_spec
 from leaderboards.tables import ResultRow, append_row
 from tests.leaderboards.conftest import launch_in_process, write_tiny_spec
+from tests.processes import gone_within
 from trainers.checkpoint import latest_checkpoint, policy_folder
 from trainers.config import render_flags
 from trainers.metrics import peak_memory_gib
@@ -641,18 +642,7 @@ def test_a_killed_runner_takes_its_run_along(tmp_path):
     child = int(pid_file.read_text())
     runner.kill()
     runner.wait()
-    deadline = time.time() + 10
-    while _alive(child) and time.time() < deadline:
-        time.sleep(0.05)
-    assert not _alive(child), "the run outlived its runner"
-
-
-def _alive(pid: int) -> bool:
-    """Running (a zombie, dead but not yet reaped by whoever adopted it, counts as gone)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    assert gone_within(child, 10), "the run outlived its runner"
 
 
 @pytest.mark.slow

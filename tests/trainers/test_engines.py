@@ -3,18 +3,11 @@ choice of `--engine auto` and the weight files of a vLLM push (the vLLM engine i
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
-
 import pytest
 
 from trainers.engine_api import Generation, SamplingConfig
 from trainers.engine_transformers import TransformersEngine
-from trainers.engines import parse_completion_choice, sigterm_exits, stop_token_ids
+from trainers.engines import parse_completion_choice, stop_token_ids
 
 torch = pytest.importorskip("torch")
 
@@ -155,56 +148,3 @@ def test_openai_engine_seeds_each_prompt_of_a_sampled_batch(tmp_path):
         bodies.clear()
         engine.generate(group, SamplingConfig(max_new_tokens=6, temperature=0, seed=40))
         assert len(bodies) == 1 and len(bodies[0]["prompt"]) == 4  # greedy: one batched request
-
-
-SIGTERMED = """
-import multiprocessing
-import time
-
-from trainers.engines import sigterm_exits
-
-
-def sleep():  # an engine's worker process: a daemon child of the CLI's process
-    time.sleep(600)
-
-
-if __name__ == "__main__":
-    child = multiprocessing.get_context("fork").Process(target=sleep, daemon=True)
-    child.start()
-    with sigterm_exits():
-        print(child.pid, flush=True)
-        try:
-            time.sleep(600)
-        finally:
-            print("finally ran", flush=True)
-"""
-
-
-def test_sigterm_ends_the_cli_through_its_finally_blocks_and_takes_its_children_along(tmp_path):
-    script = tmp_path / "cli.py"
-    script.write_text(SIGTERMED)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
-    child = int(proc.stdout.readline())
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 143 and "finally ran" in out  # SystemExit(128 + 15), not death by signal (-15)
-    deadline = time.time() + 10
-    while time.time() < deadline and os.path.exists(f"/proc/{child}") and "Z" not in _state(child):
-        time.sleep(0.1)
-    assert not os.path.exists(f"/proc/{child}") or "Z" in _state(child)  # the child went with it
-
-
-def _state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return "gone"
-
-
-def test_sigterm_exits_restores_the_previous_handler():
-    before = signal.getsignal(signal.SIGTERM)
-    with sigterm_exits():
-        assert signal.getsignal(signal.SIGTERM) is not before
-    assert signal.getsignal(signal.SIGTERM) is before
