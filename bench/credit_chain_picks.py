@@ -1,6 +1,7 @@
 """TurnRL/CreditChain-v0: does a policy's turn-1 pick depend on the clue? Teacher-forced pick probabilities.
 
     python bench/credit_chain_picks.py smollm2 experiments/runs/credit_chain/warm_start/policy   # ~100 s a model
+    python bench/credit_chain_picks.py --pairs Map <policy folder>                 # one option pair's tasks only
 
 For every task of both splits (144 training, 48 held-out) the script scores the two well-formed first turns,
 ``<choice>A</choice>`` and ``<choice>B</choice>``, under the model (teacher-forced, fp32, after the env's own
@@ -42,8 +43,9 @@ def pick_logprob(model, prompt_ids: list[int], continuation: list[int]) -> float
     return float(sum(logp[i, t] for i, t in enumerate(continuation)))
 
 
-def score_model(spec: str, horizon: int) -> dict[str, dict[str, float]]:
-    """Per split: ``p_right``, ``greedy_right``, ``mass`` and ``p_right/<frame>`` over every task of the split."""
+def score_model(spec: str, horizon: int, pairs: str | None = None) -> dict[str, dict[str, float]]:
+    """Per split: ``p_right``, ``greedy_right``, ``mass`` and ``p_right/<frame>`` over every task of the split (of
+    the option pairs ``pairs`` names, as the env's kwarg; all four by default)."""
     if spec != "smollm2" and not Path(spec).is_dir():
         raise SystemExit(f"model {spec!r} is not a folder; pass a saved policy folder or 'smollm2'.")
     model, tok = load_causal_lm(spec, dtype="float32")
@@ -52,7 +54,7 @@ def score_model(spec: str, horizon: int) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for split in SPLITS:
         rows: list[tuple[str, float, float]] = []
-        for task in build_tasks(split):
+        for task in build_tasks(split, pairs):
             a, b = task["options"]
             messages, _ = env.reset(seed=0, options={"task": task})
             prompt = encode(tok, render(tok, messages, generation_prompt=True))
@@ -76,13 +78,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("models", nargs="+", help="saved policy folders, or 'smollm2' for the bundled model")
     parser.add_argument("--horizon", type=int, default=4, help="the horizon the opening names (default 4)")
+    parser.add_argument("--pairs", default=None, help="only these option pairs, as the env's kwarg (e.g. Map)")
     args = parser.parse_args(argv)
     import torch
 
     torch.set_num_threads(2)
     for path in args.models:
         start = time.perf_counter()
-        stats = score_model(path, args.horizon)
+        stats = score_model(path, args.horizon, args.pairs)
         print(f"== {path} ({time.perf_counter() - start:.0f} s)")
         frames = [k for k in stats["train"] if k.startswith("p_right/")]
         print(f"{'split':6} {'P(right)':>8} {'greedy right':>12} {'mass':>6}  " + "  ".join(f[8:] for f in frames))

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -133,15 +133,41 @@ _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
 _TRIM = " \t\r\n.,;:!?\"'`*"
 
 
-def build_tasks(split: str) -> list[dict[str, Any]]:
-    """Every task of ``split``: each clue word of the split with its pair's options in both orders (no duplicates).
+def parse_pairs(pairs: str | Sequence[str] | None) -> tuple[str, ...]:
+    """The frames of the option pairs to pose, in :data:`CUE_PAIRS` order: ``None`` is all four, ``"Map"`` or
+    ``"Map,Forecast"`` or ``["Map", "Forecast"]`` a subset (case-insensitive).
 
-    ``build_tasks("train")`` has 144 tasks (72 clue words), ``build_tasks("test")`` 48 (24 clue words).
+    >>> parse_pairs(None), parse_pairs("map, forecast")
+    (('Forecast', 'Weather', 'Map', 'Problem'), ('Forecast', 'Map'))
+    """
+    frames = tuple(p.frame for p in CUE_PAIRS)
+    if pairs is None:
+        return frames
+    names = pairs.split(",") if isinstance(pairs, str) else pairs
+    if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
+        raise InvalidArgument(f"pairs={pairs!r}; use None (all four) or frame names from {frames}, e.g. 'Map'.")
+    wanted = {n.strip().lower() for n in names if n.strip()}
+    unknown = sorted(wanted - {f.lower() for f in frames})
+    if unknown or not wanted:
+        raise InvalidArgument(
+            f"pairs={pairs!r} names {unknown or 'nothing'}; use frame names from {frames}, e.g. 'Map' or "
+            "'Map,Forecast'."
+        )
+    return tuple(f for f in frames if f.lower() in wanted)
+
+
+def build_tasks(split: str, pairs: str | Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Every task of ``split``: each clue word of the split with its pair's options in both orders (no duplicates),
+    over the option pairs ``pairs`` names (:func:`parse_pairs`; all four by default).
+
+    ``build_tasks("train")`` has 144 tasks (72 clue words), ``build_tasks("test")`` 48 (24 clue words); with
+    ``pairs="Map"``, 36 and 12.
     """
     if split not in SPLITS:
         raise InvalidArgument(f"split={split!r}; use one of {SPLITS} ('test' holds the held-out clue words).")
+    frames = parse_pairs(pairs)
     tasks = []
-    for pair in CUE_PAIRS:
+    for pair in (p for p in CUE_PAIRS if p.frame in frames):
         words = pair.train if split == "train" else pair.test
         for side, option in enumerate(pair.options):
             for cue in words[side]:
@@ -328,7 +354,8 @@ class CreditChainEnv(TurnEnv):
 
     ## Arguments
     ``gym.make("TurnRL/CreditChain-v0", horizon=4, noise=1.0, reveal=False, outcome_prob=1.0, noise_level="turn",
-    preset=None, distractors="open", split="train")`` (these values are the defaults, the ``umbrella`` preset):
+    preset=None, distractors="open", split="train", pairs=None)`` (these values are the defaults, the ``umbrella``
+    preset):
 
     * ``horizon`` (2..100): turns per episode; the outcome comes ``horizon - 1`` turns after the pick, with
       ``horizon - 2`` distractor turns between (none at 2). A trainer's ``--max-turns`` must be at least this.
@@ -354,6 +381,12 @@ class CreditChainEnv(TurnEnv):
       ``experiments/runs/credit_chain/NOTES.md``). The rewards are the same either way.
     * ``split``: ``"train"`` (144 tasks, 72 clue words) or ``"test"`` (48 tasks, 24 held-out clue words; the
       registry's held-out kwargs).
+    * ``pairs``: which option pairs are posed, by frame (:func:`parse_pairs`): ``None`` (all four), ``"Map"``, or
+      ``"Map,Forecast"`` / ``["Map", "Forecast"]``. One pair gives 36 training tasks (18 clue words) and 12
+      held-out ones (6 words). With one pair every group of a step asks the same pair, half its clues calling for
+      each option, so what a step's update does to "prefer this option whatever the clue" cancels out and the
+      clue-specific part is what is left; with four pairs a step of 8 tasks gives each pair about 2 clue words.
+      Pass the same value to the evaluation (``--eval-env-kwarg pairs=Map``).
 
     ``reset(options={"task": {"frame": ..., "cue": ..., "options": [a, b], "answer": a}})`` poses a task of your
     own. Tasks are drawn uniformly from the split with ``self.np_random``; the same seed poses the same task,
@@ -368,7 +401,7 @@ class CreditChainEnv(TurnEnv):
       noise (so a seeded episode at the defaults pays what it did before the kwarg existed); ``outcome_noise`` pays the
       noise at the distractor turns, not folded into turn H's ``outcome``, so the step rewards and ``outcome``'s 0/1
       values stay the same at either ``noise_level``. Later, without a version bump (the defaults pose and pay what
-      they did): ``distractors="fixed"``.
+      they did): ``distractors="fixed"``, ``pairs``.
     """
 
     reward_levels: ClassVar[dict[str, RewardLevel]] = {
@@ -395,6 +428,7 @@ class CreditChainEnv(TurnEnv):
         preset: str | None = None,
         distractors: str = "open",
         split: str = "train",
+        pairs: str | Sequence[str] | None = None,
         render_mode: str | None = None,
         max_action_chars: int = 4096,
     ) -> None:
@@ -434,7 +468,8 @@ class CreditChainEnv(TurnEnv):
         self.noise_level = noise_level
         self.preset = preset
         self.split = split
-        self.tasks = build_tasks(split)  # raises on an unknown split
+        self.pairs = parse_pairs(pairs)
+        self.tasks = build_tasks(split, pairs)  # raises on an unknown split
         self._choice: str | None = None
         self._noise: list[float] = []
         self._paid = True

@@ -205,6 +205,9 @@ def test_bad_arguments_and_tasks_raise_with_the_fix():
         ({"preset": "umbrella_length"}, "preset='umbrella_length'; use one of ('umbrella',"),
         ({"preset": "flaky_outcome", "outcome_prob": -1.0}, "outcome_prob=-1.0"),  # an override is checked too
         ({"distractors": "none"}, "distractors='none'; use 'open'"),
+        ({"pairs": "Mop"}, "pairs='Mop' names ['mop']; use frame names from ('Forecast',"),
+        ({"pairs": ""}, "pairs='' names nothing"),
+        ({"pairs": 3}, "pairs=3; use None (all four)"),
     ]:
         with pytest.raises(InvalidArgument, match=re.escape(match)):
             CreditChainEnv(**kwargs)
@@ -256,6 +259,23 @@ def test_held_out_split_is_disjoint_by_content_and_duplicate_free():
     held = gym.make(ENV_ID, **held_out_kwargs(ENV_ID))
     drawn = {held.reset(seed=s)[1]["task_id"] for s in range(400)}
     assert drawn == {t["id"] for t in test}  # the draw covers the held-out set and nothing else
+
+
+@pytest.mark.parametrize("pairs", ["Map", "map, Forecast", ["Problem"]])
+def test_pairs_pose_only_the_named_option_pairs_and_keep_the_split_clean(pairs):
+    names = {n.strip().lower() for n in (pairs.split(",") if isinstance(pairs, str) else pairs)}
+    by_split = {}
+    for split in ("train", "test"):
+        env = gym.make(ENV_ID, split=split, pairs=pairs).unwrapped
+        everything = build_tasks(split)
+        assert env.tasks == [t for t in everything if t["frame"].lower() in names]  # same tasks, same order
+        assert len(env.tasks) == len(names) * (36 if split == "train" else 12)
+        drawn = {env.reset(seed=s)[1]["task_id"] for s in range(1000)}
+        assert drawn == {t["id"] for t in env.tasks}  # the draw covers the named pairs and nothing else
+        by_split[split] = {t["cue"] for t in env.tasks}
+        for side in (0, 1):  # each option is called for by half of the tasks: both directions of the mapping
+            assert sum(t["answer"] == t["options"][side] for t in env.tasks) == len(env.tasks) // 2
+    assert not by_split["train"] & by_split["test"]
 
 
 # ---------------------------------------------------------------------------------------------------- policies
