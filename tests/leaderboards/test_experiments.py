@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from agentgym_turn.error import DataNotFound, InvalidArgument
+from envs.credit_chain import build_tasks as build_credit_chain_tasks
 from envs.sokoban.env import LONG_HORIZON_KWARGS
 from leaderboards.evaluate import git_dirty
 from leaderboards.experiments import main
@@ -137,8 +138,9 @@ def test_extends_takes_the_other_specs_keys_and_merges_budget_eval_and_arms(tmp_
         load_spec(_write(tmp_path / "orphan.toml", 'extends = "missing.toml"\nname = "x"\n'))
 
 
-CREDIT_GRIDS = ("credit_chain", "credit_chain_h2", "credit_chain_h8", "wiki_credit", "searchr1_hops_credit",
-                "sokoban_long_credit")  # issue 49: the four strategies, per-seed warm starts  # fmt: skip
+# issue 49: the four strategies, per-seed warm starts
+CREDIT_GRIDS = ("credit_chain", "credit_chain_map", "credit_chain_map_h2", "credit_chain_map_h8", "wiki_credit",
+                "searchr1_hops_credit", "sokoban_long_credit")  # fmt: skip
 
 
 def test_committed_specs_load_and_compare_the_papers_strategies():
@@ -202,12 +204,20 @@ def test_committed_specs_load_and_compare_the_papers_strategies():
     assert cfg.algo == "grpo" and ppo.algo == "ppo" and gigpo.overrides == {"tasks_per_step": 1, "group_size": 4}
     assert cfg.tasks_per_step * cfg.group_size == ppo.tasks_per_step * ppo.group_size  # same episodes a step
 
-    for name, horizon in (("credit_chain", 4), ("credit_chain_h2", 2), ("credit_chain_h8", 8)):  # issue 49
-        spec = specs[name]
+    spec = specs["credit_chain"]  # issue 49: the first budget, over all four option pairs (its runs are committed)
+    cfg = _config_of(spec, spec.runs(Path("runs"))[0], None)
+    assert spec.warm_start.per_seed and spec.eval.tasks == 48 and cfg.max_turns == 4 and cfg.steps == 20
+    assert spec.eval.env_kwargs == {"preset": "noisy_outcome", "horizon": 4}
+    assert cfg.env_kwarg == spec.warm_start.args["env_kwarg"] == ["preset=noisy_outcome", "horizon=4"]
+    held_out_map = len(build_credit_chain_tasks("test", "Map"))
+    for name, horizon in (("credit_chain_map", 4), ("credit_chain_map_h2", 2), ("credit_chain_map_h8", 8)):
+        spec = specs[name]  # the diagnostic at three horizons: one option pair, the same budget and evaluation
         cfg = _config_of(spec, spec.runs(Path("runs"))[0], None)
-        assert spec.warm_start.per_seed and spec.eval.tasks == 48 and cfg.max_turns == horizon and cfg.steps == 20
-        assert spec.eval.env_kwargs == {"preset": "noisy_outcome", "horizon": horizon}
-        assert cfg.env_kwarg == spec.warm_start.args["env_kwarg"] == ["preset=noisy_outcome", f"horizon={horizon}"]
+        assert spec.warm_start.per_seed and cfg.max_turns == horizon and (cfg.steps, cfg.lr) == (30, 1e-5)
+        assert spec.eval.tasks == held_out_map == 12 and (spec.eval.temperature, spec.eval.trials) == (1.0, 8)
+        assert spec.eval.env_kwargs == {"preset": "noisy_outcome", "horizon": horizon, "pairs": "Map"}
+        assert spec.warm_start.args["env_kwarg"] == ["preset=noisy_outcome", f"horizon={horizon}"]  # all four pairs
+        assert cfg.env_kwarg == [*spec.warm_start.args["env_kwarg"], "pairs=Map"]
     wiki = specs["wiki_credit"]  # the recipe's budget, from per-seed exploring cold starts
     assert wiki.warm_start.per_seed and wiki.env == ("TurnRL/WikiTwoTurn-v2",) and "policy" not in wiki.warm_start.args
     assert wiki.budget == {**specs["wiki_recipe_sweep"].budget, "lr": 1e-5} and wiki.eval.tasks == 64
