@@ -30,7 +30,7 @@ from agentgym_turn.metrics import bootstrap_ci, pass_hat_k_per_task
 from leaderboards.families import family_for
 from leaderboards.reported import reported_rows
 from leaderboards.runner import DONE, run_state
-from leaderboards.spec import Spec
+from leaderboards.spec import EvalSpec, Spec
 from leaderboards.tables import read_rows
 
 CONFIDENCE = 0.95
@@ -404,6 +404,22 @@ def stage_figures(
     return figures
 
 
+def eval_phrase(ev: EvalSpec) -> str:
+    """How a spec's final evaluations were played, for a table's caption.
+
+    >>> eval_phrase(EvalSpec(tasks=12))
+    'Held-out greedy evaluation (12 tasks, seed 12345)'
+    >>> eval_phrase(EvalSpec(tasks=12, temperature=1.0, trials=8))[:70]
+    'Held-out sampled evaluation (12 tasks x 8 trials at temperature 1, see'
+    """
+    if ev.trials > 1:
+        return (
+            f"Held-out sampled evaluation ({ev.tasks} tasks x {ev.trials} trials at temperature {ev.temperature:g}, "
+            f"seed {ev.seed}; a task's value is the mean of its trials)"
+        )
+    return f"Held-out greedy evaluation ({ev.tasks} tasks, seed {ev.seed})"
+
+
 def render_table(spec: Spec, table: Mapping[str, Mapping[str, Any]]) -> str:
     """Markdown: one row per arm, the held-out metrics as ``mean [low, high]``, then the cost columns."""
     metric_keys = sorted({k for entry in table.values() for k, v in entry.items() if isinstance(v, dict)}
@@ -414,7 +430,7 @@ def render_table(spec: Spec, table: Mapping[str, Mapping[str, Any]]) -> str:
     lines = [
         f"### {spec.title or spec.name}",
         "",
-        f"Held-out greedy evaluation ({spec.eval.tasks} tasks, seed {spec.eval.seed}) of the final policy: mean over "
+        eval_phrase(spec.eval) + " of the final policy: mean over "
         "seeds and tasks [95% hierarchical bootstrap: seeds resampled, then tasks; with one run, over tasks]. "
         + (
             "Δ: the mean change from the warm start "
