@@ -1,6 +1,6 @@
 """The committed v1 evaluations, rescored on the held-out tasks of theirs that are clean (issue 49, item 2).
 
-    python bench/v1_clean_subsets.py            # ~2 min on a 2-core EPYC (Sokoban's room layouts dominate)
+    python bench/v1_clean_subsets.py            # ~40 s (2-core EPYC, avx512_bf16, beside a training run)
 
 The v1 grids (``wiki_recipe_sweep``, ``searchr1_recipe``, ``sokoban_recipe``) evaluated on held-out sets that
 overlap training by content. Their final evaluations are committed task by task, and which task each line scored is
@@ -37,23 +37,26 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
+from agentgym_turn.metrics import bootstrap_ci
+
 RUNS = Path(__file__).resolve().parent.parent / "experiments" / "runs"
 
 
 @dataclass(frozen=True)
 class Grid:
-    """A v1 grid: its folder, env id, the v2 id whose held-out set is clean, and the metric its spec pairs."""
+    """A v1 grid: its folder, env id, the metric its spec pairs, and the v2 id whose held-out set is clean (``None``:
+    clean by room layout, Sokoban)."""
 
     name: str
     env_id: str
-    clean_id: str
     metric: str
+    clean_id: str | None
 
 
 GRIDS = (
-    Grid("wiki_recipe_sweep", "TurnRL/WikiTwoTurn-v1", "TurnRL/WikiTwoTurn-v2", "env/exact_match"),
-    Grid("searchr1_recipe", "TurnRL/SearchR1-v1", "TurnRL/SearchR1-v2", "env/answer_correct"),
-    Grid("sokoban_recipe", "TurnRL/Sokoban-v1", "TurnRL/Sokoban-v2", "env/success"),
+    Grid("wiki_recipe_sweep", "TurnRL/WikiTwoTurn-v1", "env/exact_match", "TurnRL/WikiTwoTurn-v2"),
+    Grid("searchr1_recipe", "TurnRL/SearchR1-v1", "env/answer_correct", "TurnRL/SearchR1-v2"),
+    Grid("sokoban_recipe", "TurnRL/Sokoban-v1", "env/success", None),
 )
 
 
@@ -87,26 +90,35 @@ def replays(env: Any, seed: int, text: str) -> bool:
     return bool(replies) and all(r in text for r in replies)
 
 
-def posed_tasks(env_id: str, kwargs: dict, seed: int, n: int) -> tuple[list[dict], Any]:
-    """The tasks an evaluation of ``env_id`` with ``kwargs`` posed at ``seed`` (``task_seeds``, the v1 draw), and the
-    unwrapped env that drew them."""
+@cache
+def make_env(env_id: str, kwargs_json: str) -> Any:
+    """One unwrapped env per id and kwargs (JSON), shared by every run that evaluated on it."""
     import gymnasium as gym
 
     import agentgym_turn
-    from trainers.rollout import task_seeds
 
     gym.register_envs(agentgym_turn)
-    env = gym.make(env_id, **kwargs).unwrapped
-    return [env.draw_task(s) for s in task_seeds(seed, n)], env
+    return gym.make(env_id, **json.loads(kwargs_json)).unwrapped
 
 
-def question_clean(grid: Grid) -> Callable[[dict], bool]:
-    """Clean when the question, with the same gold answers, is in the v2 id's held-out set."""
+@cache
+def posed(env_id: str, kwargs_json: str, seed: int, n: int) -> tuple[tuple[int, ...], tuple[dict, ...]]:
+    """The task seeds and tasks an evaluation of ``env_id`` with these kwargs posed at ``seed`` (``task_seeds``,
+    the v1 draw)."""
+    from trainers.rollout import task_seeds
+
+    seeds = tuple(task_seeds(seed, n))
+    env = make_env(env_id, kwargs_json)
+    return seeds, tuple(env.draw_task(s) for s in seeds)
+
+
+def question_clean(clean_id: str) -> Callable[[dict], bool]:
+    """Clean when the question, with the same gold answers, is in ``clean_id``'s held-out set."""
     import gymnasium as gym
 
     from agentgym_turn.registration import held_out_kwargs
 
-    clean = gym.make(grid.clean_id, **held_out_kwargs(grid.clean_id)).unwrapped
+    clean = gym.make(clean_id, **held_out_kwargs(clean_id)).unwrapped
     keep = {(t["question"], tuple(sorted(t["answers"]))) for t in clean.tasks}
     return lambda task: (task["question"], tuple(sorted(task["answers"]))) in keep
 
@@ -115,59 +127,48 @@ def question_clean(grid: Grid) -> Callable[[dict], bool]:
 def demo_layouts(cold_start: Path) -> frozenset[str]:
     """The room layouts of a Sokoban-v1 cold start's own SFT demonstrations (from its ``config.json``)."""
     config = json.loads((cold_start / "config.json").read_text())
-    train, env = posed_tasks("TurnRL/Sokoban-v1", {}, int(config["seed"]), int(config["episodes"]))
-    return frozenset(env.task_key(t) for t in train)
-
-
-def bootstrap(values: np.ndarray, draws: int = 10_000, seed: int = 0) -> tuple[float, float]:
-    """95% percentile bootstrap interval of the mean over tasks."""
-    if len(values) == 0:
-        return float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    means = values[rng.integers(0, len(values), size=(draws, len(values)))].mean(axis=1)
-    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+    _, demos = posed("TurnRL/Sokoban-v1", "{}", int(config["seed"]), int(config["episodes"]))
+    env = make_env("TurnRL/Sokoban-v1", "{}")
+    return frozenset(env.task_key(t) for t in demos)
 
 
 def rescore(grid: Grid) -> list[str]:
     """One markdown row per committed run of ``grid``: how many of its transcripts replay on the reconstructed tasks
     (:func:`replays`; all of them, or the reconstruction is wrong), then the metric on all, clean and other tasks."""
-    from trainers.rollout import task_seeds
-
-    rows, cold_scores = [], {}
-    is_clean_q = question_clean(grid) if grid.name != "sokoban_recipe" else None
+    rows, cold_start = [], None
+    is_clean_question = question_clean(grid.clean_id) if grid.clean_id else None
     for run in final_evals(grid):
         head = header(run)
-        tasks, env = posed_tasks(grid.env_id, head["env_kwargs"], int(head["seed"]), int(head["episodes"]))
-        if grid.name == "sokoban_recipe":  # every RL run of this v1 grid started from the seed-0 cold start
+        key = (grid.env_id, json.dumps(head["env_kwargs"], sort_keys=True))
+        seeds, tasks = posed(*key, int(head["seed"]), int(head["episodes"]))
+        env = make_env(*key)
+        if is_clean_question is None:  # by layout; every RL run of this v1 grid started from the seed-0 cold start
             seen = demo_layouts(run if run.name.startswith("warm_start") else RUNS / grid.name / "warm_start")
-            is_clean = lambda task, env=env, seen=seen: env.task_key(task) not in seen  # noqa: E731
+            clean_flag = [env.task_key(t) not in seen for t in tasks]
         else:
-            is_clean = is_clean_q
+            clean_flag = [is_clean_question(t) for t in tasks]
         played = transcripts(run)
         scores = {i: float(r["metrics"][grid.metric]) for i, r in played.items()}
-        seeds = task_seeds(int(head["seed"]), int(head["episodes"]))
         checked = sum(replays(env, seeds[i], played[i]["text"]) for i in played)
         first: dict[str, int] = {}
         for i, t in enumerate(tasks):
             first.setdefault(env.task_key(t), i)
         keep = sorted(first.values())
-        clean = np.array([scores[i] for i in keep if is_clean(tasks[i])])
-        rest = np.array([scores[i] for i in keep if not is_clean(tasks[i])])
-        lo, hi = bootstrap(clean)
-        rest_mean = rest.mean() if len(rest) else float("nan")
-        all_mean = np.mean([scores[i] for i in keep])
+        clean_ids = [i for i in keep if clean_flag[i]]
+        clean = bootstrap_ci([scores[i] for i in clean_ids])
+        rest = [scores[i] for i in keep if not clean_flag[i]]
+        rest_mean = float(np.mean(rest)) if rest else float("nan")
+        all_mean = float(np.mean([scores[i] for i in keep]))
         name = str(run.relative_to(RUNS / grid.name))
-        clean_ids = [i for i in keep if is_clean(tasks[i])]
         if name == "warm_start":
-            cold_scores = {"seeds": seeds, "scores": scores}
+            cold_start = (seeds, scores)
         paired = ""
-        if not name.startswith("warm_start") and cold_scores.get("seeds") == seeds:  # the v1 RL runs' cold start
-            delta = np.array([scores[i] - cold_scores["scores"][i] for i in clean_ids])
-            d_lo, d_hi = bootstrap(delta)
-            paired = f"{delta.mean():+.3f} [{d_lo:+.3f}, {d_hi:+.3f}]"
+        if not name.startswith("warm_start") and cold_start and cold_start[0] == seeds:  # the RL runs' cold start
+            delta = bootstrap_ci([scores[i] - cold_start[1][i] for i in clean_ids])
+            paired = f"{delta.estimate:+.3f} [{delta.low:+.3f}, {delta.high:+.3f}]"
         rows.append(
-            f"| {grid.name} | {name} | {checked}/{len(played)} | {len(keep)} | {all_mean:.3f} | {len(clean)} | "
-            f"{clean.mean():.3f} [{lo:.3f}, {hi:.3f}] | {len(rest)} | {rest_mean:.3f} | {paired} |"
+            f"| {grid.name} | {name} | {checked}/{len(played)} | {len(keep)} | {all_mean:.3f} | {len(clean_ids)} | "
+            f"{clean.estimate:.3f} [{clean.low:.3f}, {clean.high:.3f}] | {len(rest)} | {rest_mean:.3f} | {paired} |"
         )
     return rows
 

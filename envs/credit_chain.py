@@ -469,7 +469,7 @@ class CreditChainEnv(TurnEnv):
         self.preset = preset
         self.split = split
         self.pairs = parse_pairs(pairs)
-        self.tasks = build_tasks(split, pairs)  # raises on an unknown split
+        self.tasks = build_tasks(split, self.pairs)  # raises on an unknown split
         self._choice: str | None = None
         self._noise: list[float] = []
         self._paid = True
