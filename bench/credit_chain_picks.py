@@ -2,6 +2,7 @@
 
     python bench/credit_chain_picks.py smollm2 experiments/runs/credit_chain/warm_start/policy   # ~100 s a model
     python bench/credit_chain_picks.py --pairs Map <policy folder>                 # one option pair's tasks only
+    python bench/credit_chain_picks.py --sampled experiments/runs/credit_chain_map/*/seed0  # final evaluations
 
 For every task of both splits (144 training, 48 held-out) the script scores the two well-formed first turns,
 ``<choice>A</choice>`` and ``<choice>B</choice>``, under the model (teacher-forced, fp32, after the env's own
@@ -16,6 +17,13 @@ pair, or a coin); a policy that learned the mapping (rainy words -> umbrella) ha
 training words, and on the held-out words as far as the mapping carries over. ``smollm2`` is the bundled
 SmolLM2-135M-Instruct as downloaded; any other argument is a saved policy folder. ~100 s a model on a 2-core EPYC
 with ``avx512_bf16`` (2026-11-28); run it alone, not beside a training job.
+
+``--sampled RUN...`` reads instead what a run's final evaluation sampled (``<run>/final-eval``: its summary and
+transcripts, no model; a second a run). It recovers each transcript's task from the evaluation's seed and kwargs (the
+evaluator's :func:`~trainers.rollout.distinct_task_seeds` and the env's ``draw_task``), checks the recovery against
+every episode (a pick scored right must be the recovered task's answer, a pick scored wrong must not), and reports per
+option pair A/B: ``P(A | A right)``, ``P(A | B right)`` and their difference, the **clue gap** (0: the pick ignores
+the clue, a constant or a coin; 1: always right), with the sampled success and the picks that named no option.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
 from agentgym_turn.models import load_causal_lm
-from envs.credit_chain import SPLITS, CreditChainEnv, build_tasks
+from envs.credit_chain import SPLITS, CreditChainEnv, build_tasks, parse_choice
 from trainers.rollout import encode, render
 
 
@@ -74,12 +82,74 @@ def score_model(spec: str, horizon: int, pairs: str | None = None) -> dict[str, 
     return out
 
 
+def sampled_picks(run: Path) -> dict[str, float | int | str]:
+    """The clue gap of ``run``'s final evaluation (``run/final-eval``), per option pair and overall (the module's
+    docstring). Raises ``SystemExit`` naming the folder when it holds no CreditChain evaluation or a transcript does
+    not match its recovered task."""
+    import json
+
+    import gymnasium as gym
+
+    import envs  # noqa: F401  (registers the TurnRL ids)
+    from trainers.rollout import distinct_task_seeds
+
+    summaries = sorted((run / "final-eval").glob("CreditChain-*.jsonl"))
+    if not summaries:
+        raise SystemExit(f"{run} has no final-eval/CreditChain-*.jsonl; pass a finished CreditChain run's folder.")
+    summary = json.loads(summaries[0].read_text().splitlines()[-1])
+    env = gym.make(summary["env_id"], **summary["env_kwargs"])
+    base = env.unwrapped
+    tasks = [base.draw_task(s) for s in distinct_task_seeds(env, summary["seed"], summary["episodes"])]
+    env.close()
+    counts: dict[str, dict[str, list[int]]] = {}  # frame -> "A right"/"B right" -> [picked A, valid picks]
+    invalid = right = total = 0
+    for line in (run / "final-eval" / "transcripts" / summaries[0].name).read_text().splitlines():
+        row = json.loads(line)
+        task = tasks[row["task"]]
+        pick = parse_choice(row["text"].split("<|im_end|>")[0], task["options"])
+        ok = row["metrics"]["env/success"] == 1.0
+        if ok != (pick == task["answer"]):
+            raise SystemExit(f"{run}: task {row['task']} trial {row['trial']} scored {ok} but picked {pick!r} on "
+                             f"{task['id']} (answer {task['answer']!r}): the tasks were not recovered.")  # fmt: skip
+        total += 1
+        right += ok
+        if pick is None:
+            invalid += 1
+            continue
+        a = sorted(task["options"])[0]  # the pair's options in a fixed order, whichever order the task showed
+        cell = counts.setdefault(task["frame"], {}).setdefault(f"{a} right" if task["answer"] == a else "other", [0, 0])
+        cell[0] += pick == a
+        cell[1] += 1
+    out: dict[str, float | int | str] = {"episodes": total, "success": right / total, "invalid": invalid}
+    gaps = []
+    for frame, cells in counts.items():
+        if len(cells) < 2:  # every valid pick of the pair came from tasks with the same answer: no gap to read
+            continue
+        a = next(k for k in cells if k != "other").removesuffix(" right")
+        p_a_right = cells[f"{a} right"][0] / cells[f"{a} right"][1]
+        p_a_other = cells["other"][0] / cells["other"][1]
+        out[f"{frame}: P({a} | {a} right)"] = p_a_right
+        out[f"{frame}: P({a} | other right)"] = p_a_other
+        out[f"{frame}: clue gap"] = p_a_right - p_a_other
+        gaps.append(p_a_right - p_a_other)
+    out["clue gap"] = sum(gaps) / len(gaps) if gaps else math.nan  # nan: no pair with valid picks on both sides
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("models", nargs="+", help="saved policy folders, or 'smollm2' for the bundled model")
+    parser.add_argument("models", nargs="+", help="saved policy folders, or 'smollm2' for the bundled model; with "
+                        "--sampled, finished runs' folders")  # fmt: skip
     parser.add_argument("--horizon", type=int, default=4, help="the horizon the opening names (default 4)")
     parser.add_argument("--pairs", default=None, help="only these option pairs, as the env's kwarg (e.g. Map)")
+    parser.add_argument("--sampled", action="store_true", help="read the runs' final evaluations, not the models")
     args = parser.parse_args(argv)
+    if args.sampled:
+        for path in args.models:
+            stats = sampled_picks(Path(path))
+            print(f"== {path}: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
+                                             for k, v in stats.items()))  # fmt: skip
+        return
     import torch
 
     torch.set_num_threads(2)

@@ -3,6 +3,7 @@ hostile text, forks, the held-out split, the scripted policies' scores, the cold
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
@@ -471,3 +472,59 @@ def test_turn_level_credit_wins_ties_and_loses_where_the_docstring_says():
     assert gain(2, preset="noisy_outcome")["mt_grpo"] == pytest.approx(0.0, abs=1e-9)  # no distractor
     right, first = first_turn_credit(4, preset="noisy_outcome", reveal=False)  # no turn-level reward at all
     assert np.array_equal(first["mt_grpo"], first["grpo_or"]) and first["grpo_or"].std() > 0
+
+
+def _fake_final_eval(run: Path, pick_of) -> None:
+    """A finished run's ``final-eval`` as ``leaderboards.evaluate`` writes it (summary and transcripts) for the Map
+    pair's 12 held-out tasks x 2 trials, each trial picking ``pick_of(task)`` and scored by the env's own rule."""
+    import json
+
+    from trainers.rollout import distinct_task_seeds
+
+    kwargs = {"horizon": 4, "pairs": "Map", "preset": "noisy_outcome", "split": "test"}
+    env = gym.make("TurnRL/CreditChain-v0", **kwargs)
+    tasks = [env.unwrapped.draw_task(s) for s in distinct_task_seeds(env, 12345, 12)]
+    env.close()
+    (run / "final-eval" / "transcripts").mkdir(parents=True)
+    summary = {"env_id": "TurnRL/CreditChain-v0", "env_kwargs": kwargs, "seed": 12345, "episodes": 12, "trials": 2}
+    (run / "final-eval" / "CreditChain-v0.jsonl").write_text(json.dumps(summary) + "\n")
+    with open(run / "final-eval" / "transcripts" / "CreditChain-v0.jsonl", "w") as f:
+        for i, task in enumerate(tasks):
+            for trial in range(2):
+                pick = pick_of(task)
+                text = f"<choice>{pick}</choice><|im_end|>\n<|im_start|>user\nTurn 2/4. Say done.<|im_end|>"
+                success = float(parse_choice(text, task["options"]) == task["answer"])
+                f.write(
+                    json.dumps({"task": i, "trial": trial, "metrics": {"env/success": success}, "text": text}) + "\n"
+                )
+
+
+def test_sampled_picks_reads_the_clue_gap_from_a_final_evaluation(tmp_path: Path) -> None:
+    """bench/credit_chain_picks.py --sampled: always right -> gap 1; one option whatever the clue -> gap 0 and half
+    right; a transcript that does not match its recovered task is refused, naming the run."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("picks", Path(__file__).parents[2] / "bench/credit_chain_picks.py")
+    picks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(picks)
+
+    _fake_final_eval(tmp_path / "right", lambda task: task["answer"])
+    right = picks.sampled_picks(tmp_path / "right")
+    assert right["success"] == 1.0 and right["clue gap"] == 1.0 and right["episodes"] == 24
+    assert right["Map: P(boat | boat right)"] == 1.0 and right["Map: P(boat | other right)"] == 0.0
+
+    _fake_final_eval(tmp_path / "boat", lambda task: "boat")
+    boat = picks.sampled_picks(tmp_path / "boat")
+    assert boat["success"] == 0.5 and boat["clue gap"] == 0.0 and boat["invalid"] == 0
+
+    _fake_final_eval(tmp_path / "bad", lambda task: "lift")
+    bad = picks.sampled_picks(tmp_path / "bad")
+    assert bad["invalid"] == 24 and bad["success"] == 0.0 and math.isnan(bad["clue gap"])
+    lines = (tmp_path / "bad" / "final-eval" / "transcripts" / "CreditChain-v0.jsonl").read_text().splitlines()
+    (tmp_path / "bad" / "final-eval" / "transcripts" / "CreditChain-v0.jsonl").write_text(
+        "\n".join(line.replace('"env/success": 0.0', '"env/success": 1.0') for line in lines) + "\n"
+    )
+    with pytest.raises(SystemExit, match="bad: task 0 trial 0 scored True but picked None"):
+        picks.sampled_picks(tmp_path / "bad")
+    with pytest.raises(SystemExit, match="no final-eval"):
+        picks.sampled_picks(tmp_path)
