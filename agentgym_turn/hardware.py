@@ -29,7 +29,7 @@ import json
 import os
 import platform
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -219,3 +219,29 @@ def native_dtype() -> str:
     import torch
 
     return "bfloat16" if native_bf16("cuda" if torch.cuda.is_available() else "cpu") else "float32"
+
+
+#: vLLM's CPU threading variables: which CPUs its OpenMP threads run on, and how many it keeps for its scheduler.
+VLLM_CPU_THREAD_VARS = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU")
+
+
+def vllm_cpu_threads(environ: Mapping[str, str] | None = None, cpus: Iterable[int] | None = None) -> dict[str, str]:
+    """The vLLM CPU threading variables for an engine that has the machine to itself while it generates: its
+    OpenMP threads on every CPU this process may use (``cpus``, default ``os.sched_getaffinity(0)``), none kept back.
+
+    vLLM's own default (``auto``) binds one thread per physical core and keeps one core for its scheduler process:
+    on a 2-core host that leaves generation one core. TurnRL's trainer and evaluator wait while the engine
+    generates, so the core kept back idles; with both, decoding ran 1.4x and a 4k-token prefill 1.8x faster on a
+    2-core EPYC (AVX2, fp32; the same tokens). Empty when ``environ`` (default ``os.environ``) sets either
+    variable: a user's (or a caller's, e.g. several engines sharing the cores) choice stands.
+
+        >>> vllm_cpu_threads({}, cpus=[3, 0, 1])
+        {'VLLM_CPU_OMP_THREADS_BIND': '0,1,3', 'VLLM_CPU_NUM_OF_RESERVED_CPU': '0'}
+        >>> vllm_cpu_threads({"VLLM_CPU_OMP_THREADS_BIND": "auto"}, cpus=[0, 1])
+        {}
+    """
+    environ = os.environ if environ is None else environ
+    if any(environ.get(name) for name in VLLM_CPU_THREAD_VARS):
+        return {}
+    allowed = sorted(os.sched_getaffinity(0) if cpus is None else cpus)
+    return {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, allowed)), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgym_turn.error import InvalidArgument, ServiceError
+from agentgym_turn.hardware import vllm_cpu_threads
 
 DEFAULT_PORT = 8000
 DEFAULT_KV_CACHE_GIB = 2
@@ -107,6 +108,7 @@ def server_command(
     else:
         env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it would override --kv-cache-memory-bytes
     env.setdefault("HF_HUB_OFFLINE", "1")
+    env.update(vllm_cpu_threads(env))  # every core this process may use (agentgym_turn.hardware), unless env says
     if not verbose:
         env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         env.setdefault("PYTHONWARNINGS", "ignore")  # vLLM's deprecation notices about its own entry point
@@ -190,9 +192,22 @@ class VLLMServer:
 
     def start(self) -> VLLMServer:
         """Start the server and wait until it serves the model; raise ``ServiceError`` (with its log) if not."""
-        with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                            start_new_session=True, preexec_fn=die_with_parent)  # fmt: skip
+        return self.launch().wait_ready()
+
+    def launch(self) -> VLLMServer:
+        """Start the server's process and return at once (a no-op once launched); :meth:`wait_ready` waits for it.
+        The start is a minute of imports on one core of a small CPU: launched early, it overlaps other work."""
+        if self.process is None:
+            with open(self.log_path, "wb") as log:
+                self.process = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                                start_new_session=True, preexec_fn=die_with_parent)  # fmt: skip
+        return self
+
+    def wait_ready(self) -> VLLMServer:
+        """Wait until the launched server serves the model (``startup_timeout`` from now); raise ``ServiceError``
+        (with its log) if it exits or does not answer in time."""
+        if self.process is None:
+            raise ServiceError("the server was never launched: call launch() or start() first.")
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -74,13 +74,14 @@ def test_the_trainer_config_takes_the_example_and_names_what_a_user_env_lacks():
 
 
 @pytest.mark.slow
-def test_a_user_trains_the_example_with_three_strategies_from_its_folder(tmp_path):
+def test_a_user_trains_the_example_with_two_strategies_from_its_folder(tmp_path):
     """As the README says: from examples/, ``python -m trainers.grpo --env my_pkg:MyPkg/GuessNumber-v0`` with a
-    cold start and the held-out evaluation before and after (SmolLM2-135M, a step each; ~20 s a strategy here)."""
+    cold start and the held-out evaluation before and after (SmolLM2-135M, a step each): MT-GRPO (turn rewards)
+    and GiGPO (the env's anchor states), one process a core (a third, GRPO-OR, made three on two cores: +25 s)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES), str(REPO)])}  # REPO: as if pip-installed
     t0 = time.perf_counter()
     runs = {}
-    for strategy in ("mt_grpo", "grpo_or", "gigpo"):  # side by side, one thread each (model loading dominates)
+    for strategy in ("mt_grpo", "gigpo"):  # side by side, one thread each (model loading dominates)
         args = [sys.executable, "-m", "trainers.grpo", "--env", ENV, "--strategy", strategy, "--steps", "1",
                 "--tasks-per-step", "1", "--group-size", "2", "--eval-every", "1", "--eval-tasks", "2",
                 "--sft-episodes", "2", "--sft-batch-episodes", "2", "--sft-epochs", "1", "--max-new-tokens", "16",
@@ -93,4 +94,4 @@ def test_a_user_trains_the_example_with_three_strategies_from_its_folder(tmp_pat
         assert proc.returncode == 0, f"{strategy}: " + stdout[-2000:] + stderr[-3000:]
         assert "[rl] cold start: 2 scripted episodes (scripted:reference)" in stdout
         assert "held-out env/solved (2 tasks, greedy): step 0" in stdout and "-> step 1" in stdout
-    print(f"three strategies: {time.perf_counter() - t0:.0f} s")
+    print(f"two strategies: {time.perf_counter() - t0:.0f} s")

@@ -5,6 +5,7 @@ real probe runs once at the end."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -126,3 +127,30 @@ def test_this_host_decides_by_its_flags_and_a_real_probe(tmp_path):
     else:
         assert decision.probe is not None and decision.probe.fp32_gflops > 0 and decision.probe.bf16_gflops > 0
         assert decision.bf16 is (decision.probe.ratio >= H.BF16_MARGIN)
+
+
+def test_vllm_gets_every_allowed_cpu_unless_the_environment_chose():
+    here = H.vllm_cpu_threads({})
+    assert here == {
+        "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, sorted(os.sched_getaffinity(0)))),
+        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+    }
+    assert H.vllm_cpu_threads({}, cpus=[5, 2]) == {
+        "VLLM_CPU_OMP_THREADS_BIND": "2,5",
+        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+    }
+    for name, value in [("VLLM_CPU_OMP_THREADS_BIND", "auto"), ("VLLM_CPU_NUM_OF_RESERVED_CPU", "1")]:
+        assert H.vllm_cpu_threads({name: value}) == {}  # a user's (or a caller's) choice stands, both variables
+    assert H.vllm_cpu_threads({"VLLM_CPU_OMP_THREADS_BIND": ""}) == here  # set but empty: vLLM reads its default
+
+
+def test_a_served_model_gets_the_cpus_and_keeps_a_users_binding(monkeypatch):
+    from agentgym_turn.serve import server_command
+
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
+    _, env = server_command("smollm2", port=8123)
+    assert env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0" and env["VLLM_CPU_OMP_THREADS_BIND"]
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0")
+    _, env = server_command("smollm2", port=8123)
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0" and "VLLM_CPU_NUM_OF_RESERVED_CPU" not in env

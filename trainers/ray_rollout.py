@@ -519,7 +519,8 @@ class GenerationWorker:
     disk. For vLLM it is written to a local folder first, as the trainer does for its in-process vLLM engine.
     """
 
-    def __init__(self, engine: str, config: Any, state: dict, tokenizer: Any, engine_kwargs: dict) -> None:
+    def __init__(self, engine: str, config: Any, state: dict, tokenizer: Any, engine_kwargs: dict,
+                 cpu_shared: bool = False) -> None:  # fmt: skip
         import tempfile
 
         import torch
@@ -535,6 +536,8 @@ class GenerationWorker:
         self.model.load_state_dict(state)
         self.model.eval()
         folder = None
+        if cpu_shared:  # several actors generate at once: vLLM's own CPU binding, not every core for each
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "auto")
         if engine == "vllm":
             folder = tempfile.mkdtemp(prefix="turnrl-ray-vllm-")
             M.save_policy(self.model, tokenizer, folder)
@@ -591,6 +594,7 @@ class RayEngine:
         ray = connect(address)
         self._remote = ray.remote(num_cpus=worker_cpus, num_gpus=gpus, max_restarts=0)(GenerationWorker)
         self._args = (engine, model.config, tokenizer, dict(engine_kwargs))
+        self._cpu_shared = workers > 1
         self._state = ray.put(_cpu_state(model))  # the weights every (re)started actor loads
         self.max_retries, self.start_timeout = max_retries, start_timeout
         self.workers = [self._start() for _ in range(workers)]
@@ -600,7 +604,7 @@ class RayEngine:
 
     def _start(self) -> Any:
         engine, config, tokenizer, kwargs = self._args
-        return self._remote.remote(engine, config, self._state, tokenizer, kwargs)
+        return self._remote.remote(engine, config, self._state, tokenizer, kwargs, self._cpu_shared)
 
     def _get(self, k: int, submit: Any, ref: Any) -> Any:
         """``ray.get(ref)`` of worker ``k``'s call; if the worker died, replace it and ``submit(worker)`` again."""

@@ -40,11 +40,17 @@ class Run:
         return out
 
 
-def start_cli(tmp: Path, *args: str) -> Run:
+def start_cli(tmp: Path, *args: str, cpu: int) -> Run:
     # A CLI's main() run in this pytest process by an earlier test (quiet_logs) leaves its quiet settings in
-    # os.environ; a user's shell has none of them. A 1 GiB KV cache each (VLLM_CPU_KVCACHE_SPACE, which a user may
-    # set too): two engines run at once.
-    env = {k: v for k, v in os.environ.items() if k not in QUIET_ENV} | {"VLLM_CPU_KVCACHE_SPACE": "1"}
+    # os.environ; a user's shell has none of them. Two engines run at once: a 1 GiB KV cache each
+    # (VLLM_CPU_KVCACHE_SPACE) and a core each (VLLM_CPU_OMP_THREADS_BIND; unset, each would take every core and
+    # the two would spin-wait on each other), variables a user may set too.
+    cpus = sorted(os.sched_getaffinity(0))
+    env = {k: v for k, v in os.environ.items() if k not in QUIET_ENV} | {
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_CPU_OMP_THREADS_BIND": str(cpus[cpu % len(cpus)]),
+        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+    }
     tmp.mkdir()
     with open(tmp / "output.txt", "wb") as log:  # a file, not a pipe: neither process waits for a reader
         process = subprocess.Popen([sys.executable, "-m", "leaderboards.evaluate", "--model", "smollm2", "--engine",
@@ -61,7 +67,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Run]]:
     tmp = tmp_path_factory.mktemp("cli")
     quiet = ["--env", "TurnRL/WikiTwoTurn-v2", "--episodes", "2"]
     verbose = ["--env", "TurnRL/Arithmetic-v0", "--episodes", "1", "--max-turns", "1", "--max-new-tokens", "16"]
-    started = {"quiet": start_cli(tmp / "quiet", *quiet), "verbose": start_cli(tmp / "verbose", *verbose, "--verbose")}
+    started = {
+        "quiet": start_cli(tmp / "quiet", *quiet, cpu=0),
+        "verbose": start_cli(tmp / "verbose", *verbose, "--verbose", cpu=1),
+    }
     try:
         yield started
     finally:

@@ -6,8 +6,8 @@ killed server must be reported and pay the worst outcome, never a better one.
 SmolLM2-135M is no judge: its answers rarely hold the ``score_i`` JSON, so a judged episode usually ends with a
 reported parse failure (after the judge's retries) and the judge-failure scores. What is tested is the path: the
 requests reach the served model and come back, and every failure mode is reported and scored no better than
-failing. One server (about a minute to start here) serves the whole module, with the smallest KV cache and
-context that hold what the module sends it (:data:`MAX_MODEL_LEN`).
+failing. One server (about a minute to start here, launched when the session starts: ``tests/prelaunch.py``) serves
+the whole module, with the smallest KV cache and context that hold what the module sends it (:data:`MAX_MODEL_LEN`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from agentgym_turn.error import InvalidArgument
 from agentgym_turn.hardware import native_dtype
 from agentgym_turn.serve import VLLMServer, server_command
 from envs.tau.judge import combine_tarl
+from tests.prelaunch import judge_server
 from trainers.credit import CreditConfig, tarl_score
 from trainers.engines import stop_token_ids
 from trainers.rollout import EnvPool, RolloutConfig, collect, scripted_actor
@@ -30,21 +31,22 @@ pytest.importorskip("vllm", reason="the served judge needs vLLM (scripts/setup.s
 pytestmark = pytest.mark.slow
 TAU = "TurnRL/TauRetail-v1"
 EXACT = CreditConfig(eps=1e-12, whiten_advantages=False)
-#: The server's context. The longest request of the module is a judge's: the rules, τ's policy document, the task,
-#: its ground-truth calls and the conversation, ~3.7k prompt tokens for the oracle episodes below (SmolLM2's
-#: tokenizer), ~2.8k for the README test's, then the answer. A longer one would come back as an HTTP error, which
-#: the env reports as a judge failure: keep the margin when the prompts grow.
-MAX_MODEL_LEN = 4608
+# MAX_MODEL_LEN (tests/prelaunch.py), the server's context. The longest request of the module is a judge's: the
+# rules, τ's policy document, the task, its ground-truth calls and the conversation, ~3.7k prompt tokens for the
+# oracle episodes below (SmolLM2's tokenizer), ~2.8k for the README test's, then the answer. A longer one would come
+# back as an HTTP error, which the env reports as a judge failure: keep the margin when the prompts grow.
 #: The judge's answer: room for a 2- or 3-turn answer without reasoning ('{"score_0": 1, ...}': 16-23 tokens).
 JUDGE_MAX_TOKENS = 32
 
 
 @pytest.fixture(scope="module")
 def server():
-    # 0.5 GiB of KV cache: ~11k fp32 tokens (SmolLM2: 46 kB a token), two requests of MAX_MODEL_LEN at once and
-    # the shared judge prompt's prefix kept between them
-    with VLLMServer("smollm2", max_model_len=MAX_MODEL_LEN, kv_cache_gib=0.5) as srv:
-        yield srv
+    """The module's server (``tests/prelaunch.py``: launched when the session started, or now), once it serves."""
+    srv = judge_server()
+    try:
+        yield srv.wait_ready()
+    finally:
+        srv.stop()
 
 
 @pytest.fixture(scope="module")
@@ -95,13 +97,14 @@ def test_the_readme_tarl_command_trains_2_steps_against_the_served_judge(
     """The README's TARL command line (``trainers.mtppo --strategy tarl_ppo_turn``, τ retail mixed with arithmetic,
     the judge given as ``--env-kwarg TurnRL/TauRetail-v1:judge=URL#MODEL``, ``--max-context 8192``), its flags as
     written, then sized down: 2 steps of 2 x 2 episodes (seed 0 draws one τ task, 2 judged episodes), τ's own turn
-    budget at 3, 32 judge answer tokens, a 1 GiB KV cache for the trainer's vLLM (the least it takes), and a tiny
-    random policy (``tiny_policy_dir``: 2 layers, SmolLM2's tokenizer and chat template) instead of SmolLM2.
+    budget at 3, 32 judge answer tokens, a tiny random policy (``tiny_policy_dir``: 2 layers, SmolLM2's tokenizer
+    and chat template) instead of SmolLM2, sampled by the in-process engine (``--engine transformers``: the
+    trainer's own vLLM took ~45 s to start on a slow host, and its path is ``tests/trainers/test_rl.py``'s).
 
     The policy is what the path does not depend on, and what cost the time: τ's policy document makes every prompt
     ~5k tokens, and SmolLM2 as policy, critic and reference in fp32 took 8-12 minutes and peaked near 13 GiB on a
     slow host. The tiny policy sees the same prompts, token for token (same tokenizer and template), through the
-    same trainer, vLLM engine, pack sharing (the prompts are longer than a pack's budget, ``--share-pack-tokens``
+    same trainer, pack sharing (the prompts are longer than a pack's budget, ``--share-pack-tokens``
     2048: a group's episodes compute them once, ``trainers.modeling.pack_shared``), credit and update; its τ
     episodes still end in the env (the scripted customer gives up on its noise, or τ's turn budget) and go to the
     verifier and to the real served SmolLM2 judge, over HTTP, from the spec on the command line. Only what the
@@ -131,7 +134,7 @@ def test_the_readme_tarl_command_trains_2_steps_against_the_served_judge(
     ]
     small = ["--model", tiny_policy_dir, "--steps", "2", "--tasks-per-step", "2",
              "--group-size", "2", "--max-new-tokens", "48", "--env-kwarg", f"{TAU}:max_turns=3",
-             f"{TAU}:judge_max_tokens={JUDGE_MAX_TOKENS}", "--engine-kv-cache-gib", "1", "--threads", "2",
+             f"{TAU}:judge_max_tokens={JUDGE_MAX_TOKENS}", "--engine", "transformers", "--threads", "2",
              "--out-dir", str(out)]  # fmt: skip
     rl.main([*readme, *small], prog="python -m trainers.mtppo", defaults=mtppo.DEFAULTS)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

@@ -1,0 +1,34 @@
+"""The served-judge module's vLLM server, launched as soon as the session knows that module will run
+(``tests/conftest.py``'s collection hook): its start, about a minute of imports on one core of a 2-core host, then
+overlaps the tests before it, most of which use one thread. The module's ``server`` fixture waits for it to serve
+and stops it."""
+
+from __future__ import annotations
+
+import importlib.util
+
+#: The server's context: the module's longest request is a judge's (``tests/trainers/test_served_judge.py``).
+MAX_MODEL_LEN = 4608
+#: 0.5 GiB of KV cache: ~11k fp32 tokens (SmolLM2: 46 kB a token), two requests of MAX_MODEL_LEN at once and the
+#: shared judge prompt's prefix kept between them.
+KV_CACHE_GIB = 0.5
+MODULE = "test_served_judge.py"
+
+_servers: dict[str, object] = {}
+
+
+def judge_server():  # -> agentgym_turn.serve.VLLMServer
+    """The module's server, launched now if the session did not launch it already (not waited for)."""
+    from agentgym_turn.serve import VLLMServer
+
+    if "judge" not in _servers:
+        _servers["judge"] = VLLMServer("smollm2", max_model_len=MAX_MODEL_LEN, kv_cache_gib=KV_CACHE_GIB).launch()
+    return _servers["judge"]
+
+
+def launch_if_needed(items: list) -> None:
+    """Launch the server when a collected (and not deselected) test of the module needs it and vLLM is installed."""
+    if importlib.util.find_spec("vllm") is None:
+        return
+    if any(item.path.name == MODULE and "server" in getattr(item, "fixturenames", ()) for item in items):
+        judge_server()
