@@ -231,9 +231,10 @@ def vllm_cpu_threads(environ: Mapping[str, str] | None = None, cpus: Iterable[in
 
     vLLM's own default (``auto``) binds one thread per physical core and keeps one core for its scheduler process:
     on a 2-core host that leaves generation one core. TurnRL's trainer and evaluator wait while the engine
-    generates, so the core kept back idles; with both, decoding ran 1.4x and a 4k-token prefill 1.8x faster on a
-    2-core EPYC (AVX2, fp32; the same tokens). Empty when ``environ`` (default ``os.environ``) sets either
-    variable: a user's (or a caller's, e.g. several engines sharing the cores) choice stands.
+    generates, so the core kept back idles; with both, decoding ran 1.08-1.30x and a 4k-token prefill 1.94x faster on a
+    2-core EPYC with AVX2 only, in fp32, with the same tokens (``bench/bench_vllm_threads.py``). Empty when
+    ``environ`` (default ``os.environ``) sets either variable: a user's (or a caller's, e.g. several engines sharing
+    the cores) choice stands.
 
         >>> vllm_cpu_threads({}, cpus=[3, 0, 1])
         {'VLLM_CPU_OMP_THREADS_BIND': '0,1,3', 'VLLM_CPU_NUM_OF_RESERVED_CPU': '0'}

@@ -46,10 +46,7 @@ def child(model: str, prefill_tokens: int) -> None:
     read = engine.generate(long, SamplingConfig(temperature=0.0, max_new_tokens=16))
     prefill = time.perf_counter() - t0
     tokens = [g.token_ids for g in decoded + read]
-    bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
-    print(
-        "RESULT " + json.dumps({"start": start, "decode": decode, "prefill": prefill, "tokens": tokens, "bind": bind})
-    )
+    print("RESULT " + json.dumps({"start": start, "decode": decode, "prefill": prefill, "tokens": tokens}))
     engine.close()
 
 
@@ -66,15 +63,16 @@ def main(argv: list[str] | None = None) -> None:
 
         child(resolve_model_path(args.model), prefill_tokens)
         return
-    from agentgym_turn.hardware import cpu_flags, cpu_model, native_dtype
+    from agentgym_turn import hardware as H
 
-    flags = cpu_flags()
-    kind = "avx512_bf16" if "avx512_bf16" in flags else "avx512f" if "avx512f" in flags else "avx2"
-    print(f"host: {cpu_model()} ({kind}), {len(os.sched_getaffinity(0))} CPUs; dtype {native_dtype()}")
+    flags = H.cpu_flags()
+    print(
+        f"cpu: {H.cpu_model()}; bf16 flags: {', '.join(f for f in H.BF16_CPU_FLAGS if f in flags) or 'none'}; "
+        f"avx512f: {'avx512f' in flags}; {len(os.sched_getaffinity(0))} CPUs; dtype {H.native_dtype()}"
+    )
     rows = {}
     for name, extra in SETTINGS.items():
-        env = {k: v for k, v in os.environ.items() if k not in ("VLLM_CPU_OMP_THREADS_BIND",
-                                                                 "VLLM_CPU_NUM_OF_RESERVED_CPU")} | extra  # fmt: skip
+        env = {k: v for k, v in os.environ.items() if k not in H.VLLM_CPU_THREAD_VARS} | extra
         cmd = [sys.executable, __file__, "--child", "--model", args.model, "--prefill-tokens", str(prefill_tokens)]
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
         line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import importlib.util
 
-#: The server's context: the module's longest request is a judge's (``tests/trainers/test_served_judge.py``).
+#: The server's context. The served-judge module's longest request is a judge's: the rules, τ's policy document, the
+#: task, its ground-truth calls and the conversation, ~3.7k prompt tokens for its oracle episodes (SmolLM2's
+#: tokenizer), ~2.8k for the README test's, then the answer. A longer one would come back as an HTTP error, which the
+#: env reports as a judge failure: keep the margin when the prompts grow.
 MAX_MODEL_LEN = 4608
 #: 0.5 GiB of KV cache: ~11k fp32 tokens (SmolLM2: 46 kB a token), two requests of MAX_MODEL_LEN at once and the
 #: shared judge prompt's prefix kept between them.

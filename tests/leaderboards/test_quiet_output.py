@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from agentgym_turn.hardware import VLLM_CPU_THREAD_VARS, vllm_cpu_threads
 from agentgym_turn.logs import QUIET_ENV
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,11 +47,8 @@ def start_cli(tmp: Path, *args: str, cpu: int) -> Run:
     # (VLLM_CPU_KVCACHE_SPACE) and a core each (VLLM_CPU_OMP_THREADS_BIND; unset, each would take every core and
     # the two would spin-wait on each other), variables a user may set too.
     cpus = sorted(os.sched_getaffinity(0))
-    env = {k: v for k, v in os.environ.items() if k not in QUIET_ENV} | {
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "VLLM_CPU_OMP_THREADS_BIND": str(cpus[cpu % len(cpus)]),
-        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-    }
+    env = {k: v for k, v in os.environ.items() if k not in QUIET_ENV and k not in VLLM_CPU_THREAD_VARS}
+    env |= {"VLLM_CPU_KVCACHE_SPACE": "1"} | vllm_cpu_threads({}, cpus=[cpus[cpu % len(cpus)]])
     tmp.mkdir()
     with open(tmp / "output.txt", "wb") as log:  # a file, not a pipe: neither process waits for a reader
         process = subprocess.Popen([sys.executable, "-m", "leaderboards.evaluate", "--model", "smollm2", "--engine",

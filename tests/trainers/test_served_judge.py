@@ -7,7 +7,7 @@ SmolLM2-135M is no judge: its answers rarely hold the ``score_i`` JSON, so a jud
 reported parse failure (after the judge's retries) and the judge-failure scores. What is tested is the path: the
 requests reach the served model and come back, and every failure mode is reported and scored no better than
 failing. One server (about a minute to start here, launched when the session starts: ``tests/prelaunch.py``) serves
-the whole module, with the smallest KV cache and context that hold what the module sends it (:data:`MAX_MODEL_LEN`).
+the whole module, with the smallest KV cache and context that hold what the module sends it (its sizes are there).
 """
 
 from __future__ import annotations
@@ -31,10 +31,6 @@ pytest.importorskip("vllm", reason="the served judge needs vLLM (scripts/setup.s
 pytestmark = pytest.mark.slow
 TAU = "TurnRL/TauRetail-v1"
 EXACT = CreditConfig(eps=1e-12, whiten_advantages=False)
-# MAX_MODEL_LEN (tests/prelaunch.py), the server's context. The longest request of the module is a judge's: the
-# rules, τ's policy document, the task, its ground-truth calls and the conversation, ~3.7k prompt tokens for the
-# oracle episodes below (SmolLM2's tokenizer), ~2.8k for the README test's, then the answer. A longer one would come
-# back as an HTTP error, which the env reports as a judge failure: keep the margin when the prompts grow.
 #: The judge's answer: room for a 2- or 3-turn answer without reasoning ('{"score_0": 1, ...}': 16-23 tokens).
 JUDGE_MAX_TOKENS = 32
 
