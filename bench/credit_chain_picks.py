@@ -2,7 +2,7 @@
 
     python bench/credit_chain_picks.py smollm2 experiments/runs/credit_chain/warm_start/policy   # ~100 s a model
     python bench/credit_chain_picks.py --pairs Map <policy folder>                 # one option pair's tasks only
-    python bench/credit_chain_picks.py --sampled experiments/runs/credit_chain_map/*/seed0  # final evaluations
+    python bench/credit_chain_picks.py --sampled experiments/runs/credit_chain_map_bf16/*/seed0  # final evaluations
 
 For every task of both splits (144 training, 48 held-out) the script scores the two well-formed first turns,
 ``<choice>A</choice>`` and ``<choice>B</choice>``, under the model (teacher-forced, fp32, after the env's own

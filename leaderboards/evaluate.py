@@ -75,6 +75,12 @@ class EvalConfig:
     tokenizer: str | None = arg(None, "tokenizer for a URL model (default: the served model name)")
     batch_size: int = arg(8, "prompts per forward pass of the transformers engine")
     dtype: str = arg("float32", "weights dtype of a local model", choices=("float32", "bfloat16", "float16"))
+    engine_dtype: str = arg(
+        "auto",
+        "what the vLLM engine computes in: auto (bf16 where the device computes it natively, else float32: "
+        "agentgym_turn.hardware.native_dtype), float32 or bfloat16 (one precision on every host kind)",
+        choices=("auto", "float32", "bfloat16"),
+    )
     threads: int = arg(0, "torch CPU threads (0 = torch's default; ignored on CUDA)")
     device: str = arg(
         "auto",
@@ -208,7 +214,8 @@ def run_model(cfg: EvalConfig, env_kwargs: dict[str, Any], budgets: dict[str, An
     elif cfg.engine == "vllm":
         model, tok = None, load_tokenizer(cfg.model)
         engine = make_engine("vllm", model=None, tokenizer=tok, model_dir=resolve_model_path(cfg.model),
-                             max_model_len=cfg.max_context)  # fmt: skip
+                             max_model_len=cfg.max_context,
+                             dtype=None if cfg.engine_dtype == "auto" else cfg.engine_dtype)  # fmt: skip
     else:
         model, tok = load_causal_lm(cfg.model, dtype=cfg.dtype)
         place_model(model, device).eval()

@@ -54,9 +54,13 @@ RUNS_DIR = "experiments/runs"  # committed: every run's results (weights and che
 
 # ---------------------------------------------------------------------------------------------------- commands
 def eval_budget(cfg: Any) -> dict[str, Any]:
-    """The generation budgets and engine of a training config, for its final evaluation."""
+    """The generation budgets and engine of a training config, for its final evaluation; where the config sets
+    ``bf16`` (a grid pinned to one precision on every host kind), the vLLM engine computes in that precision too
+    (``engine_dtype``), as the trainer's own engine does."""
     out = {"max_new_tokens": cfg.max_new_tokens, "max_turns": cfg.max_turns, "max_context": cfg.max_context,
            "engine": cfg.engine}  # fmt: skip
+    if cfg.bf16 is not None and cfg.engine == "vllm":
+        out["engine_dtype"] = "bfloat16" if cfg.bf16 else "float32"
     if cfg.threads:
         out["threads"] = cfg.threads
     return out

@@ -7,6 +7,7 @@ results."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -41,6 +42,7 @@ from leaderboards.runner import (
     _start_record,
     build_check_seeds,
     call_logged,
+    eval_budget,
     eval_commands,
     precision_warning,
     select_runs,
@@ -139,8 +141,8 @@ def test_extends_takes_the_other_specs_keys_and_merges_budget_eval_and_arms(tmp_
 
 
 # issue 49: the four strategies, per-seed warm starts
-CREDIT_GRIDS = ("credit_chain", "credit_chain_map", "credit_chain_map_h2", "credit_chain_map_h8", "wiki_credit",
-                "searchr1_hops_credit", "sokoban_long_credit")  # fmt: skip
+CREDIT_GRIDS = ("credit_chain", "credit_chain_map", "credit_chain_map_bf16", "credit_chain_map_h2",
+                "credit_chain_map_h8", "wiki_credit", "searchr1_hops_credit", "sokoban_long_credit")  # fmt: skip
 
 
 def test_committed_specs_load_and_compare_the_papers_strategies():
@@ -218,6 +220,17 @@ def test_committed_specs_load_and_compare_the_papers_strategies():
         assert spec.eval.env_kwargs == {"preset": "noisy_outcome", "horizon": horizon, "pairs": "Map"}
         assert spec.warm_start.args["env_kwarg"] == ["preset=noisy_outcome", f"horizon={horizon}"]  # all four pairs
         assert cfg.env_kwarg == [*spec.warm_start.args["env_kwarg"], "pairs=Map"]
+        # one precision on every host kind: fp32 in the warm start, the update, the rollouts and the evaluations
+        assert (cfg.dtype, cfg.bf16, spec.warm_start.args["bf16"]) == ("float32", False, False)
+        evaluation = eval_commands(spec, Path("p"), Path("o"), eval_budget(cfg))[0]
+        at = evaluation.index("--engine-dtype") if "--engine-dtype" in evaluation else None  # vLLM's precision
+        assert (evaluation[at + 1] if at else None) == ("float32" if cfg.engine == "vllm" else None)
+    bf16 = specs["credit_chain_map_bf16"]  # the record of the first seeds, as they ran: bf16 updates, warm starts
+    cfg = _config_of(bf16, bf16.runs(Path("runs"))[0], None)  # with bf16 left to the host, the same budget
+    assert cfg.dtype == "bfloat16" and cfg.bf16 is None and "bf16" not in bf16.warm_start.args
+    fp32 = _config_of(specs["credit_chain_map"], specs["credit_chain_map"].runs(Path("runs"))[0], None)
+    same = {"dtype": "bfloat16", "bf16": None, "init": cfg.init, "out_dir": cfg.out_dir}  # the rest is the budget
+    assert dataclasses.replace(fp32, **same) == cfg
     wiki = specs["wiki_credit"]  # the recipe's budget, from per-seed exploring cold starts
     assert wiki.warm_start.per_seed and wiki.env == ("TurnRL/WikiTwoTurn-v2",) and "policy" not in wiki.warm_start.args
     assert wiki.budget == {**specs["wiki_recipe_sweep"].budget, "lr": 1e-5} and wiki.eval.tasks == 64
