@@ -64,7 +64,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Run]]:
     pytest.importorskip("vllm")
     tmp = tmp_path_factory.mktemp("cli")
     quiet = ["--env", "TurnRL/WikiTwoTurn-v2", "--episodes", "2"]
-    verbose = ["--env", "TurnRL/Arithmetic-v0", "--episodes", "1", "--max-turns", "1", "--max-new-tokens", "16"]
+    verbose = ["--env", "TurnRL/Arithmetic-v0", "--episodes", "1", "--max-turns", "1", "--max-new-tokens", "16",
+               "--engine-dtype", "bfloat16"]  # one precision whatever the host: what a grid pinning bf16 asks for
     started = {
         "quiet": start_cli(tmp / "quiet", *quiet, cpu=0),
         "verbose": start_cli(tmp / "verbose", *verbose, "--verbose", cpu=1),
@@ -91,4 +92,6 @@ def test_a_vllm_evaluation_prints_no_info_logs_no_java_logs_and_no_exit_tracebac
 
 @pytest.mark.slow
 def test_verbose_brings_vllm_info_back(runs: dict[str, Run]) -> None:
-    assert any(" INFO " in line for line in runs["verbose"].output().splitlines())
+    out = runs["verbose"].output()
+    assert any(" INFO " in line for line in out.splitlines())
+    assert "dtype=torch.bfloat16" in out and ", bfloat16, eager=" in out  # --engine-dtype reached vLLM's config
