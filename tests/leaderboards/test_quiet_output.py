@@ -64,8 +64,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Run]]:
     pytest.importorskip("vllm")
     tmp = tmp_path_factory.mktemp("cli")
     quiet = ["--env", "TurnRL/WikiTwoTurn-v2", "--episodes", "2"]
+    # --engine-dtype: one precision whatever the host, what a grid pinning bf16 asks for
     verbose = ["--env", "TurnRL/Arithmetic-v0", "--episodes", "1", "--max-turns", "1", "--max-new-tokens", "16",
-               "--engine-dtype", "bfloat16"]  # one precision whatever the host: what a grid pinning bf16 asks for
+               "--engine-dtype", "bfloat16"]  # fmt: skip
     started = {
         "quiet": start_cli(tmp / "quiet", *quiet, cpu=0),
         "verbose": start_cli(tmp / "verbose", *verbose, "--verbose", cpu=1),
