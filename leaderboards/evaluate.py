@@ -43,7 +43,7 @@ from agentgym_turn.serve import sigterm_exits
 from leaderboards.families import EpisodeResult, Family, compute_metrics, family_for
 from leaderboards.tables import ResultRow, append_row, regenerate
 from trainers.config import arg, build_parser, config_argv
-from trainers.device import check_device_spec
+from trainers.device import DTYPE_CHOICES, check_device_spec
 from trainers.rollout import distinct_task_seeds
 
 ROOT = Path(__file__).resolve().parent
@@ -79,7 +79,7 @@ class EvalConfig:
         "auto",
         "what the vLLM engine computes in: auto (bf16 where the device computes it natively, else float32: "
         "agentgym_turn.hardware.native_dtype), float32 or bfloat16 (one precision on every host kind)",
-        choices=("auto", "float32", "bfloat16"),
+        choices=DTYPE_CHOICES,
     )
     threads: int = arg(0, "torch CPU threads (0 = torch's default; ignored on CUDA)")
     device: str = arg(

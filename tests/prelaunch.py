@@ -5,6 +5,7 @@ and stops it."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 
 #: The server's context. The served-judge module's longest request is a judge's: the rules, τ's policy document, the
@@ -17,16 +18,13 @@ MAX_MODEL_LEN = 4608
 KV_CACHE_GIB = 0.5
 MODULE = "test_served_judge.py"
 
-_servers: dict[str, object] = {}
 
-
+@functools.cache
 def judge_server():  # -> agentgym_turn.serve.VLLMServer
     """The module's server, launched now if the session did not launch it already (not waited for)."""
     from agentgym_turn.serve import VLLMServer
 
-    if "judge" not in _servers:
-        _servers["judge"] = VLLMServer("smollm2", max_model_len=MAX_MODEL_LEN, kv_cache_gib=KV_CACHE_GIB).launch()
-    return _servers["judge"]
+    return VLLMServer("smollm2", max_model_len=MAX_MODEL_LEN, kv_cache_gib=KV_CACHE_GIB).launch()
 
 
 def launch_if_needed(items: list) -> None:
