@@ -29,6 +29,8 @@ What it checks, in order (each is a promise of ``agentgym_turn.core``; the docst
   the episode ends within ``max_turns`` with ``[]`` and the episode metrics in ``info["episode_metrics"]``
   (``env/return``, ``env/turns`` and ``reward/<component>`` agree with what the steps paid); a step after the end
   raises ``ResetNeeded``; anchor-state keys, when the env has them, are non-empty strings.
+- **task list** (an env whose ``task_list()`` is not ``None``): a sequence of task dicts without two of the same
+  ``task_key``, each of which ``reset(options={"task": ...})`` poses as itself (the trainers' ``--task-order epoch``).
 - **fork**: ``fork()`` copies the state; the fork's steps leave the parent untouched and the parent's the fork, and
   (unless the spec says ``nondeterministic``) the same actions give both the same rewards and messages.
 - **hostile actions** (:data:`HOSTILE_ACTIONS`): broken, unclosed and nested tags, 1 MB strings, NUL bytes, lone
@@ -214,6 +216,32 @@ def _check_seeded_reset(env: TurnEnv, seed: int) -> None:
             f"reset(seed={seed}) twice gave state keys {info1.get('state_key')!r} and {info2.get('state_key')!r}",
             "derive the key from the state only (state_digest of the board, the task, the history)",
         )
+
+
+def _check_task_list(env: TurnEnv, seed: int, sample: int = 2) -> None:
+    """A listed task set (``task_list()`` not ``None``) holds task dicts with distinct ``task_key``s, and the first,
+    the last and up to ``sample`` others pose themselves through ``reset(options={"task": ...})``."""
+    listed = env.task_list()
+    if listed is None:
+        return
+    fix = "return every task of the split once, as dicts reset(options={'task': ...}) accepts, or None"
+    if isinstance(listed, (str, bytes, Mapping)) or not hasattr(listed, "__len__") or not len(listed):
+        raise _fail(env, "task list", f"task_list() returned {_short(listed)}", fix)
+    keys: dict[str, int] = {}
+    for i, task in enumerate(listed):
+        if not isinstance(task, Mapping):
+            raise _fail(env, "task list", f"task_list()[{i}] is a {type(task).__name__}", fix)
+        key = env.task_key(task)
+        if key in keys:
+            raise _fail(env, "task list", f"task_list()[{keys[key]}] and [{i}] are the same task ({key})",
+                        "list each task once: an epoch would pose a duplicate twice as often")  # fmt: skip
+        keys[key] = i
+    picks = np.random.default_rng(seed).choice(len(listed), size=min(sample, len(listed)), replace=False)
+    for i in sorted({0, len(listed) - 1, *(int(p) for p in picks)}):
+        env.reset(seed=seed, options={"task": copy.deepcopy(dict(listed[i]))})
+        if env.task_key(env.task) != env.task_key(listed[i]):
+            raise _fail(env, "task list", f"reset(options={{'task': task_list()[{i}]}}) posed {_short(env.task)}",
+                        "pose a given task as it is (validate it, do not redraw it)")  # fmt: skip
 
 
 class _Tally:
@@ -563,6 +591,7 @@ def check_turn_env(
     deterministic = not (spec is not None and spec.nondeterministic)
     _check_declaration(base)
     _check_seeded_reset(base, seed)
+    _check_task_list(base, seed)
     policies: dict[str, Callable[..., str]] = {"the plain-text player": _plain}
     for name, policy in sorted(getattr(type(base), "scripted_policies", {}).items()):
         policies[f"scripted policy {name!r}"] = policy

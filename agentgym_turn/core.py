@@ -68,7 +68,7 @@ import copy
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -253,6 +253,13 @@ class TurnEnv(gym.Env[list, str], abc.ABC):
         if task.get("id") is not None:
             return f"id:{task['id']}"
         return "json:" + json.dumps(task, sort_keys=True, default=str)
+
+    def task_list(self) -> Sequence[Mapping[str, Any]] | None:
+        """Every task of this env's split, in a fixed order, when the set is finite (a dataset of questions, a
+        vocabulary of clues), or ``None`` when tasks are generated (Sokoban's rooms, Arithmetic's expressions: the
+        default). Each entry can be posed with ``reset(options={"task": entry})``. The trainers'
+        ``--task-order epoch`` reads it to visit every task once per epoch, as a dataset loader would."""
+        return None
 
     def draw_task(self, seed: int) -> dict[str, Any]:
         """The task ``reset(seed=seed)`` poses, without starting an episode (an evaluation's task draw checks its

@@ -486,6 +486,10 @@ class CreditChainEnv(TurnEnv):
     def _sample_task(self) -> dict[str, Any]:
         return dict(self.tasks[int(self.np_random.integers(len(self.tasks)))])
 
+    def task_list(self) -> list[dict[str, Any]]:
+        """Every task of the split (:func:`build_tasks`' order; :meth:`agentgym_turn.core.TurnEnv.task_list`)."""
+        return self.tasks
+
     def _validate_task(self, task: Mapping[str, Any]) -> dict[str, Any]:
         options = task.get("options")
         ok = (

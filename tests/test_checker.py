@@ -121,6 +121,31 @@ class IgnoresSplit(Sound):
         super().__init__("train", **kwargs)
 
 
+class Listed(Sound):
+    """A dataset env: its tasks are a finite list (``task_list``), drawn by seed or posed in epochs."""
+
+    WORDS = ("apple", "pear", "plum")
+
+    def task_list(self) -> list[dict[str, Any]]:
+        return [{"id": w, "word": w} for w in self.WORDS]
+
+    def _sample_task(self) -> dict[str, Any]:
+        return dict(self.task_list()[int(self.np_random.integers(len(self.WORDS)))])
+
+
+class ListsTwice(Listed):
+    WORDS = ("apple", "pear", "apple")
+
+
+class RedrawsListed(Listed):
+    def _validate_task(self, task: Any) -> dict[str, Any]:
+        return self._sample_task()  # ignores the task it was given
+
+
+def test_a_listed_task_set_passes():
+    check_turn_env(Listed(), held_out=False)
+
+
 @pytest.mark.parametrize(
     ("env", "promise", "fix"),
     [
@@ -136,6 +161,8 @@ class IgnoresSplit(Sound):
         (EncodesText(), "step never raises on the agent's text", "'lone surrogates'"),
         (_register(NoHeldOut), "held-out tasks", "held_out = {"),
         (_register(IgnoresSplit), "held-out tasks", "posed the training task"),
+        (ListsTwice(), "task list", "list each task once"),
+        (RedrawsListed(), "task list", "pose a given task as it is"),
     ],
     ids=lambda v: v if isinstance(v, str) else type(getattr(v, "unwrapped", v)).__name__,
 )

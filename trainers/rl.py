@@ -78,6 +78,8 @@ from trainers.provenance import record_command
 from trainers.sft import SFTConfig
 
 RATIO_LEVELS: tuple[str, ...] = ("token", "turn", "sequence")
+#: How a run picks each step's tasks (``--task-order``): i.i.d. draws, or seeded epochs over a finite task list.
+TASK_ORDERS: tuple[str, ...] = ("iid", "epoch")
 
 CREDIT = {
     "ppo": {"or": "ppo_or", "mr": "ppo_mr", "mt": "mt_ppo"},
@@ -113,6 +115,12 @@ class RLConfig:
     strategy: str = arg("mt_ppo", f"credit-assignment strategy (overrides --algo/--credit): {', '.join(STRATEGIES)}")
     steps: int = arg(8, "RL steps (one batch of rollouts and one update each)")
     tasks_per_step: int = arg(4, "tasks (groups) per step")
+    task_order: str = arg(
+        "iid",
+        "iid: each step draws its tasks at random, with replacement; epoch: visit every task of the envs' (finite) "
+        "task lists once per epoch in a seeded shuffle, as a dataset loader does (--dynamic-sampling refills draw iid)",
+        choices=TASK_ORDERS,
+    )
     group_size: int = arg(4, "episodes per task (GRPO's G; MT-GRPO tree: children per state)")
     dynamic_sampling: bool = arg(
         False,
@@ -252,6 +260,11 @@ class RLConfig:
         self.env_kwargs()  # the --env-kwarg syntax, checked before anything runs
         if self.env_weights is not None and len(self.env_weights) != len(self.env):
             raise InvalidArgument(f"--env-weights {self.env_weights} needs one weight per --env ({len(self.env)}).")
+        if self.env_weights is not None and self.task_order == "epoch":
+            raise InvalidArgument(
+                "--task-order epoch visits every task of every --env once per epoch, so --env-weights cannot weigh "
+                "them; drop --env-weights, or keep it with --task-order iid."
+            )
         names = ("steps", "tasks_per_step", "group_size", "max_new_tokens", "ppo_epochs", "minibatches", "pack_tokens",
                  "share_pack_tokens")  # fmt: skip
         for name in names:
@@ -525,11 +538,15 @@ def sample(cfg: RLConfig, step: int, pool: Any, actor: Any, tok: Any, stops: Seq
     ``--dynamic-sampling`` (DAPO) drop the groups the strategy scores alike and refill from fresh tasks, up to
     ``--sampling-rounds`` rounds; then split the episodes into ``--minibatches`` (seeded by step) and pack each once
     on ``device`` (every later pass uses the same packs)."""
-    from trainers.rollout import RolloutStats, collect
+    from trainers.rollout import RolloutStats, collect, epoch_tasks
 
+    posed = None
+    if cfg.task_order == "epoch":  # the step's slice of the seeded epoch order (a function of the step: resumable)
+        posed = epoch_tasks(pool, cfg.seed, step * cfg.tasks_per_step, cfg.tasks_per_step)
     episodes, rstats = collect(pool, actor, tok, stops, rcfg, num_tasks=cfg.tasks_per_step,
                                group_size=cfg.group_size, seed=cfg.seed * 7_919 + step, tree=cfg.tree,
-                               branch_turns=cfg.branch_turns, group_offset=step * cfg.tasks_per_step)  # fmt: skip
+                               branch_turns=cfg.branch_turns, group_offset=step * cfg.tasks_per_step,
+                               tasks=posed)  # fmt: skip
     sampled, sampling = episodes, {}
     if cfg.dynamic_sampling:  # DAPO: keep the informative groups, refill the batch with fresh tasks
         dropped = zero_advantage_groups(episodes, strategy, credit_cfg)

@@ -494,6 +494,40 @@ def distinct_task_seeds(env: gym.Env, seed: int, n: int) -> list[int]:
     return seeds
 
 
+def epoch_tasks(pool: EnvPool, seed: int, start: int, n: int) -> list[tuple[str, dict[str, Any]]]:
+    """Positions ``start`` .. ``start + n - 1`` of the epoch order over every task of the pool's envs (each env's
+    :meth:`~agentgym_turn.core.TurnEnv.task_list`, in ``pool.env_ids`` order): epoch ``e`` is a permutation of
+    all of them drawn from ``(seed, e)``, and the epochs follow each other. A run that takes ``n`` tasks a step
+    from position ``step * n`` sees every task once per epoch, each about equally often over a run, and a resumed
+    run picks up where it stopped (the order is a function of the position alone). Raises ``InvalidArgument``
+    when an env generates its tasks (``task_list()`` is ``None``) or has none.
+
+    >>> pool = EnvPool(["TurnRL/CreditChain-v0"], make_kwargs={"pairs": "Map"})
+    >>> first = epoch_tasks(pool, seed=0, start=0, n=36)  # one whole epoch of the 36 Map training tasks
+    >>> len({task["id"] for _, task in first}), first[:8] == epoch_tasks(pool, 0, 0, 8)
+    (36, True)
+    """
+    catalogue: list[tuple[str, dict[str, Any]]] = []
+    for env_id in pool.env_ids:
+        base = pool.get(env_id, 1)[0].unwrapped
+        listed = base.task_list() if hasattr(base, "task_list") else None
+        if listed is None:
+            raise InvalidArgument(
+                f"--task-order epoch visits a finite task set once per epoch, but {env_id} generates its tasks "
+                "(its task_list() is None); use --task-order iid for it."
+            )
+        if not listed:
+            raise InvalidArgument(f"{env_id} lists no tasks for --task-order epoch; check its split and kwargs.")
+        catalogue.extend((env_id, dict(task)) for task in listed)
+    size, orders, out = len(catalogue), {}, []
+    for pos in range(start, start + n):
+        epoch, offset = divmod(pos, size)
+        if epoch not in orders:
+            orders[epoch] = np.random.default_rng([seed, epoch]).permutation(size)
+        out.append(catalogue[int(orders[epoch][offset])])
+    return out
+
+
 def collect(
     pool: EnvPool,
     actor: Actor,
@@ -508,26 +542,31 @@ def collect(
     branch_turns: int = 1,
     group_offset: int = 0,
     seeds: Sequence[int] | None = None,
+    tasks: Sequence[tuple[str, dict[str, Any]]] | None = None,
 ) -> tuple[list[Episode], RolloutStats]:
     """Episodes for ``num_tasks`` tasks: ``group_size`` per task (flat groups), or a tree with ``group_size``
     children per state for the first ``branch_turns`` turns (``tree=True``). Tasks and env ids are drawn from
-    ``seed`` (``seeds``: these task seeds instead, one per task, e.g. :func:`distinct_task_seeds`); group ids start
-    at ``group_offset``."""
+    ``seed`` (``seeds``: these task seeds instead, one per task, e.g. :func:`distinct_task_seeds`; ``tasks``: these
+    ``(env id, task)`` pairs, e.g. :func:`epoch_tasks`, posed with ``reset(options={"task": ...})`` while ``seed``
+    still seeds each env's own draws); group ids start at ``group_offset``."""
     if seeds is not None and len(seeds) != num_tasks:
         raise InvalidArgument(f"collect() got {len(seeds)} task seeds for num_tasks={num_tasks}; give one per task.")
+    if tasks is not None and len(tasks) != num_tasks:
+        raise InvalidArgument(f"collect() got {len(tasks)} tasks for num_tasks={num_tasks}; give one per task.")
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     counts: dict[str, int] = {}
     plan = []
     for g in range(num_tasks):
-        env_id = pool.pick(rng)
+        env_id = pool.pick(rng) if tasks is None else tasks[g][0]
         plan.append((g, env_id, counts.get(env_id, 0)))
         counts[env_id] = counts.get(env_id, 0) + (1 if tree else group_size)
     envs = {env_id: pool.get(env_id, n) for env_id, n in counts.items()}
     slots: list[Slot] = []
     drawn = draw_task_seeds(rng, num_tasks) if seeds is None else [int(x) for x in seeds]
     for (g, env_id, first), task_seed in zip(plan, drawn, strict=True):
-        head, task = start_slot(envs[env_id][first], env_id, group_offset + g, tokenizer, task_seed)
+        given = None if tasks is None else tasks[g][1]
+        head, task = start_slot(envs[env_id][first], env_id, group_offset + g, tokenizer, task_seed, given)
         slots.append(head)
         for j in range(1, 1 if tree else group_size):
             slot, _ = start_slot(envs[env_id][first + j], env_id, group_offset + g, tokenizer, task_seed + j, task)

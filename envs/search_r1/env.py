@@ -453,6 +453,10 @@ class SearchR1Env(TurnEnv):
         """The env's task pool."""
         return self._tasks
 
+    def task_list(self) -> tuple[dict[str, Any], ...]:
+        """Every task of the split, in the dataset's order (:meth:`agentgym_turn.core.TurnEnv.task_list`)."""
+        return self._tasks
+
     def _validate_task(self, task: Mapping[str, Any]) -> dict[str, Any]:
         return coerce_task(task)
 

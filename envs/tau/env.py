@@ -301,6 +301,10 @@ class TauEnv(TurnEnv):
     def _sample_task(self) -> dict[str, Any]:
         return self._tasks[int(self.np_random.integers(len(self._tasks)))]
 
+    def task_list(self) -> list[dict[str, Any]]:
+        """Every task of the split, in the dataset's order (:meth:`agentgym_turn.core.TurnEnv.task_list`)."""
+        return list(self._tasks)
+
     def _validate_task(self, task: Any) -> dict[str, Any]:
         if "evaluation_criteria" in task and "user_scenario" in task:
             return dict(task)

@@ -294,6 +294,10 @@ class WikiTwoTurnEnv(TurnEnv):
         """The env's task pool."""
         return self._tasks
 
+    def task_list(self) -> tuple[dict[str, Any], ...]:
+        """Every task of the split, in the dataset's order (:meth:`agentgym_turn.core.TurnEnv.task_list`)."""
+        return self._tasks
+
     # ------------------------------------------------------------------ episode
     def _begin(self, task: dict[str, Any]) -> list[Message]:
         self._assistant_turns = []

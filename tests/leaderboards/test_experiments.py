@@ -141,8 +141,9 @@ def test_extends_takes_the_other_specs_keys_and_merges_budget_eval_and_arms(tmp_
 
 
 # issue 49: the four strategies, per-seed warm starts
-CREDIT_GRIDS = ("credit_chain", "credit_chain_map", "credit_chain_map_bf16", "credit_chain_map_h2",
-                "credit_chain_map_h8", "wiki_credit", "searchr1_hops_credit", "sokoban_long_credit")  # fmt: skip
+CREDIT_GRIDS = ("credit_chain", "credit_chain_map", "credit_chain_map_bf16", "credit_chain_map_epoch",
+                "credit_chain_map_h2", "credit_chain_map_h8", "wiki_credit", "searchr1_hops_credit",
+                "sokoban_long_credit")  # fmt: skip
 
 
 def test_committed_specs_load_and_compare_the_papers_strategies():
@@ -231,6 +232,12 @@ def test_committed_specs_load_and_compare_the_papers_strategies():
     fp32 = _config_of(specs["credit_chain_map"], specs["credit_chain_map"].runs(Path("runs"))[0], None)
     same = {"dtype": "bfloat16", "bf16": None, "init": cfg.init, "out_dir": cfg.out_dir}  # the rest is the budget
     assert dataclasses.replace(fp32, **same) == cfg
+    epoch = specs["credit_chain_map_epoch"]  # the same grid with each step's tasks taken in epochs
+    in_epochs = _config_of(epoch, epoch.runs(Path("runs"))[0], None)
+    assert (fp32.task_order, in_epochs.task_order) == ("iid", "epoch")
+    assert dataclasses.replace(in_epochs, task_order="iid", init=fp32.init, out_dir=fp32.out_dir) == fp32
+    assert (epoch.eval, epoch.warm_start, epoch.seeds) == (specs["credit_chain_map"].eval,
+                                                           specs["credit_chain_map"].warm_start, (0, 1, 2))  # fmt: skip
     wiki = specs["wiki_credit"]  # the recipe's budget, from per-seed exploring cold starts
     assert wiki.warm_start.per_seed and wiki.env == ("TurnRL/WikiTwoTurn-v2",) and "policy" not in wiki.warm_start.args
     assert wiki.budget == {**specs["wiki_recipe_sweep"].budget, "lr": 1e-5} and wiki.eval.tasks == 64

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -358,3 +359,32 @@ def test_dynamic_sampling_refills_the_batch_with_informative_groups(tmp_path, ti
     assert row["credit/turn1_groups"] == rounds * cfg.tasks_per_step
     with pytest.raises(InvalidArgument, match="--dynamic-sampling"):
         _cfg(tmp_path, tiny_model_dir, strategy="mt_ppo", dynamic_sampling=True)
+
+
+def test_task_order_epoch_poses_each_training_task_once_per_epoch(tmp_path, tiny_model_dir, tokenizer):
+    """``--task-order epoch``: step ``s`` plays positions ``s * T ..`` of the seeded epoch order (no model needed to
+    see which tasks a step poses: a scripted actor plays them through the trainer's own sampling phase)."""
+    from trainers import rl
+    from trainers.credit import get_strategy
+    from trainers.engines import stop_token_ids
+    from trainers.ray_rollout import make_env_pool
+    from trainers.rollout import RolloutConfig, decode, epoch_tasks, scripted_actor
+
+    cfg = _cfg(tmp_path, tiny_model_dir, env=["TurnRL/CreditChain-v0"], env_kwarg=["pairs=Map"], strategy="grpo_or",
+               task_order="epoch", tasks_per_step=6, group_size=2, max_new_tokens=32, max_context=512,
+               max_turns=4)  # fmt: skip
+    pool = make_env_pool(cfg.env, cfg.env_weights, cfg.env_kwargs())
+    stops = stop_token_ids(tokenizer)
+    actor = scripted_actor(tokenizer, stops[0], ["random_choice"], None)
+    rcfg = RolloutConfig(cfg.max_new_tokens, cfg.max_context, cfg.max_turns)
+    cues = []
+    for step in range(6):  # 6 steps x 6 tasks = one epoch of the Map pair's 36 training tasks
+        batch = rl.sample(cfg, step, pool, actor, tokenizer, stops, rcfg, get_strategy("grpo_or"), cfg.credit_cfg,
+                          torch.device("cpu"))  # fmt: skip
+        for ep in batch.episodes[:: cfg.group_size]:
+            cues.append(re.search(r"Map: (\w+)\. Take (\w+) or (\w+)\?", decode(tokenizer, ep.token_ids)).groups())
+    expected = [(t["cue"], *t["options"]) for _, t in epoch_tasks(pool, cfg.seed, 0, 36)]
+    assert cues == expected and len(set(cues)) == 36
+    pool.close()
+    with pytest.raises(InvalidArgument, match="--env-weights cannot weigh"):
+        _cfg(tmp_path, tiny_model_dir, task_order="epoch", env_weights=[1.0])

@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pytest
 
+from agentgym_turn.error import InvalidArgument
 from tests.trainers import toy_env
 from trainers.engine_transformers import TransformersEngine
 from trainers.engines import stop_token_ids
@@ -18,6 +19,7 @@ from trainers.rollout import (
     collect,
     decode,
     engine_actor,
+    epoch_tasks,
     render,
     scripted_actor,
     turn_delta,
@@ -200,4 +202,57 @@ def test_prefix_invariant_on_real_wiki_two_turn_episodes(tokenizer):
     assert first.startswith("t0:") and info["state_key"].startswith("t1:")
     for ep in episodes:
         assert len(ep.state_keys) == ep.num_turns and all(k.startswith(f"t{i}:") for i, k in enumerate(ep.state_keys))
+    pool.close()
+
+
+# ---------------------------------------------------------------------------------------------------- task order
+def _map_pool():
+    return EnvPool(["TurnRL/CreditChain-v0"], make_kwargs={"pairs": "Map"})
+
+
+def _ids(tasks):
+    return [task["id"] for _, task in tasks]
+
+
+def test_epoch_order_visits_every_task_once_per_epoch_and_resumes_from_the_position():
+    pool = _map_pool()
+    listed = [t["id"] for t in pool.get("TurnRL/CreditChain-v0", 1)[0].unwrapped.task_list()]
+    assert len(listed) == len(set(listed)) == 36
+    order = _ids(epoch_tasks(pool, seed=3, start=0, n=90))  # two and a half epochs
+    assert sorted(order[:36]) == sorted(order[36:72]) == sorted(listed)  # each epoch is every task once
+    assert order[:36] != order[36:72] and order[:36] != listed  # reshuffled each epoch, not the list's order
+    assert len(set(order[72:])) == 18  # a partial epoch repeats nothing either
+    steps = [_ids(epoch_tasks(pool, 3, step * 9, 9)) for step in range(10)]  # a run of 9 tasks a step
+    assert [i for s in steps for i in s] == order  # a step's slice depends on its position alone: resumable
+    assert _ids(epoch_tasks(pool, 4, 0, 36)) != order[:36]  # the seed decides the shuffle
+    # the right pick of the Map pair is boat on half the tasks: an epoch of 36 poses exactly 18 of each
+    answers = [task["answer"] for _, task in epoch_tasks(pool, 3, 0, 36)]
+    assert answers.count("boat") == answers.count("car") == 18
+    pool.close()
+
+
+def test_epoch_order_concatenates_several_envs_and_refuses_generated_tasks():
+    pool = EnvPool(["TurnRL/CreditChain-v0", "TurnRL/CreditChain-v0"], make_kwargs={"pairs": "Map"})
+    assert len({_id for _id in _ids(epoch_tasks(pool, 0, 0, 72))}) == 36  # each env's 36, twice per epoch
+    pool.close()
+    generated = EnvPool([ENV])  # the toy env draws a + b: no finite list
+    with pytest.raises(InvalidArgument, match=r"generates its tasks.*--task-order iid"):
+        epoch_tasks(generated, 0, 0, 4)
+    generated.close()
+
+
+def test_collect_poses_the_given_tasks_in_order(tokenizer):
+    pool = _map_pool()
+    posed = epoch_tasks(pool, seed=0, start=0, n=3)
+    cfg = RolloutConfig(max_new_tokens=32, max_context=512, max_turns=4)
+    episodes, _ = collect(pool, _scripted(tokenizer, ("random_choice",)), tokenizer, stop_token_ids(tokenizer), cfg,
+                          num_tasks=3, group_size=2, seed=5, tasks=posed)  # fmt: skip
+    assert [ep.group for ep in episodes] == [0, 0, 1, 1, 2, 2]
+    for ep in episodes:
+        cue = posed[ep.group][1]["cue"]
+        options = " or ".join(posed[ep.group][1]["options"])
+        assert f"Map: {cue}. Take {options}?" in decode(tokenizer, ep.token_ids)
+    with pytest.raises(InvalidArgument, match="got 3 tasks for num_tasks=2"):
+        collect(pool, _scripted(tokenizer), tokenizer, stop_token_ids(tokenizer), cfg, num_tasks=2, group_size=2,
+                seed=0, tasks=posed)  # fmt: skip
     pool.close()
