@@ -196,6 +196,11 @@ class EnvWorker:
     def episode_metrics(self, key: str) -> dict[str, float]:
         return self.envs[key].unwrapped.episode_metrics()
 
+    def task_list(self, key: str) -> list[dict] | None:
+        """The env's finite task list (``TurnEnv.task_list``), or ``None`` when it generates its tasks."""
+        listed = getattr(self.envs[key].unwrapped, "task_list", lambda: None)()
+        return None if listed is None else [dict(task) for task in listed]
+
     def truncate(self, key: str) -> dict[str, Any]:
         return self.envs[key].unwrapped.truncate()
 
@@ -308,6 +313,10 @@ class RemoteEnv:
         messages, info, self.task, self.reward_levels = answer
         self.record, self.digests = [("reset", seed, options)], [_answer_digest("reset", answer)]
         return messages, info
+
+    def task_list(self) -> list[dict] | None:
+        """The remote env's :meth:`agentgym_turn.core.TurnEnv.task_list` (``--task-order epoch`` reads it)."""
+        return self._call("task_list")
 
     def send_step(self, action: str) -> None:
         """Send ``step(action)`` to the worker now; the next :meth:`step` with the same action collects it."""

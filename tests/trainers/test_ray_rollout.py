@@ -19,7 +19,7 @@ from tests.trainers import toy_env
 from trainers.engine_api import SamplingConfig
 from trainers.engine_transformers import TransformersEngine
 from trainers.engines import stop_token_ids
-from trainers.rollout import EnvPool, RolloutConfig, collect, scripted_actor
+from trainers.rollout import EnvPool, RolloutConfig, collect, epoch_tasks, scripted_actor
 
 ray = pytest.importorskip("ray")
 from trainers.ray_rollout import RayEngine, RayEnvPool, RemoteEnv, ReplayMismatch, connect  # noqa: E402
@@ -104,6 +104,28 @@ def test_episodes_from_env_workers_equal_in_process(cluster, tokenizer):
         assert pool.replacements == 0
     finally:
         pool.close()
+
+
+def test_epoch_order_reads_the_task_lists_of_remote_envs(cluster, tokenizer):
+    """``--task-order epoch`` with envs in Ray actors: the same order and the same episodes as in process."""
+    pool = RayEnvPool(["TurnRL/CreditChain-v0"], make_kwargs={"pairs": "Map"}, workers=1, worker_cpus=0.5)
+    local = EnvPool(["TurnRL/CreditChain-v0"], make_kwargs={"pairs": "Map"})
+    generated = RayEnvPool([TOY], workers=1, worker_cpus=0.5)
+    try:
+        posed = epoch_tasks(pool, 1, 30, 4)  # across the first epoch's end
+        assert posed == epoch_tasks(local, 1, 30, 4) and len(pool.get("TurnRL/CreditChain-v0", 1)[0].task_list()) == 36
+        stops, actor = stop_token_ids(tokenizer), lambda: _actor(tokenizer, ["random_choice"])
+        kw = dict(num_tasks=4, group_size=2, seed=3, tasks=posed)
+        _same(
+            collect(local, actor(), tokenizer, stops, CFG, **kw)[0],
+            collect(pool, actor(), tokenizer, stops, CFG, **kw)[0],
+        )
+        with pytest.raises(InvalidArgument, match="generates its tasks"):
+            epoch_tasks(generated, 0, 0, 2)
+    finally:
+        pool.close()
+        local.close()
+        generated.close()
 
 
 def test_tree_rollouts_fork_remote_envs_and_pipeline_gives_the_same_episodes(cluster, tokenizer):
