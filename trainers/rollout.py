@@ -414,6 +414,7 @@ class EnvPool:
     make_kwargs: dict[str, Any] = field(default_factory=dict)
     kwargs_by_id: dict[str, dict[str, Any]] = field(default_factory=dict)
     _envs: dict[str, list[gym.Env]] = field(default_factory=dict)
+    _catalogue: list[tuple[str, dict[str, Any]]] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not self.env_ids:
@@ -438,6 +439,26 @@ class EnvPool:
         while len(envs) < n:
             envs.append(gym.make(env_id, **{**self.make_kwargs, **self.kwargs_by_id.get(env_id, {})}))
         return envs[:n]
+
+    def catalogue(self) -> list[tuple[str, dict[str, Any]]]:
+        """Every ``(env id, task)`` of the envs' finite task lists (:meth:`~agentgym_turn.core.TurnEnv.task_list`,
+        in ``env_ids`` order), read once per pool: a run's envs and kwargs do not change. Raises
+        ``InvalidArgument`` when an env generates its tasks (``task_list()`` is ``None``) or lists none."""
+        if self._catalogue is None:
+            catalogue = []
+            for env_id in self.env_ids:
+                base = self.get(env_id, 1)[0].unwrapped
+                listed = base.task_list() if hasattr(base, "task_list") else None
+                if listed is None:
+                    raise InvalidArgument(
+                        f"--task-order epoch visits a finite task set once per epoch, but {env_id} generates its "
+                        "tasks (its task_list() is None); use --task-order iid for it."
+                    )
+                if not listed:
+                    raise InvalidArgument(f"{env_id} lists no tasks for --task-order epoch; check its split, kwargs.")
+                catalogue.extend((env_id, dict(task)) for task in listed)
+            self._catalogue = catalogue
+        return self._catalogue
 
     def close(self) -> None:
         for envs in self._envs.values():
@@ -495,9 +516,9 @@ def distinct_task_seeds(env: gym.Env, seed: int, n: int) -> list[int]:
 
 
 def epoch_tasks(pool: EnvPool, seed: int, start: int, n: int) -> list[tuple[str, dict[str, Any]]]:
-    """Positions ``start`` .. ``start + n - 1`` of the epoch order over every task of the pool's envs (each env's
-    :meth:`~agentgym_turn.core.TurnEnv.task_list`, in ``pool.env_ids`` order): epoch ``e`` is a permutation of
-    all of them drawn from ``(seed, e)``, and the epochs follow each other. A run that takes ``n`` tasks a step
+    """Positions ``start`` .. ``start + n - 1`` of the epoch order over every task of the pool's envs
+    (:meth:`EnvPool.catalogue`): epoch ``e`` is a permutation of all of them drawn from ``(seed, e)``, and the
+    epochs follow each other. A run that takes ``n`` tasks a step
     from position ``step * n`` sees every task once per epoch, each about equally often over a run, and a resumed
     run picks up where it stopped (the order is a function of the position alone). Raises ``InvalidArgument``
     when an env generates its tasks (``task_list()`` is ``None``) or has none.
@@ -507,24 +528,14 @@ def epoch_tasks(pool: EnvPool, seed: int, start: int, n: int) -> list[tuple[str,
     >>> len({task["id"] for _, task in first}), first[:8] == epoch_tasks(pool, 0, 0, 8)
     (36, True)
     """
-    catalogue: list[tuple[str, dict[str, Any]]] = []
-    for env_id in pool.env_ids:
-        base = pool.get(env_id, 1)[0].unwrapped
-        listed = base.task_list() if hasattr(base, "task_list") else None
-        if listed is None:
-            raise InvalidArgument(
-                f"--task-order epoch visits a finite task set once per epoch, but {env_id} generates its tasks "
-                "(its task_list() is None); use --task-order iid for it."
-            )
-        if not listed:
-            raise InvalidArgument(f"{env_id} lists no tasks for --task-order epoch; check its split and kwargs.")
-        catalogue.extend((env_id, dict(task)) for task in listed)
+    catalogue = pool.catalogue()
     size, orders, out = len(catalogue), {}, []
     for pos in range(start, start + n):
         epoch, offset = divmod(pos, size)
         if epoch not in orders:
             orders[epoch] = np.random.default_rng([seed, epoch]).permutation(size)
-        out.append(catalogue[int(orders[epoch][offset])])
+        env_id, task = catalogue[int(orders[epoch][offset])]
+        out.append((env_id, dict(task)))  # a copy: the catalogue is read once and kept
     return out
 
 

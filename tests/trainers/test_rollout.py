@@ -233,7 +233,7 @@ def test_epoch_order_visits_every_task_once_per_epoch_and_resumes_from_the_posit
 
 def test_epoch_order_concatenates_several_envs_and_refuses_generated_tasks():
     pool = EnvPool(["TurnRL/CreditChain-v0", "TurnRL/CreditChain-v0"], make_kwargs={"pairs": "Map"})
-    assert len({_id for _id in _ids(epoch_tasks(pool, 0, 0, 72))}) == 36  # each env's 36, twice per epoch
+    assert len(set(_ids(epoch_tasks(pool, 0, 0, 72)))) == 36  # each env's 36, twice per epoch
     pool.close()
     generated = EnvPool([ENV])  # the toy env draws a + b: no finite list
     with pytest.raises(InvalidArgument, match=r"generates its tasks.*--task-order iid"):
