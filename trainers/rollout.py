@@ -518,10 +518,10 @@ def distinct_task_seeds(env: gym.Env, seed: int, n: int) -> list[int]:
 def epoch_tasks(pool: EnvPool, seed: int, start: int, n: int) -> list[tuple[str, dict[str, Any]]]:
     """Positions ``start`` .. ``start + n - 1`` of the epoch order over every task of the pool's envs
     (:meth:`EnvPool.catalogue`): epoch ``e`` is a permutation of all of them drawn from ``(seed, e)``, and the
-    epochs follow each other. A run that takes ``n`` tasks a step
-    from position ``step * n`` sees every task once per epoch, each about equally often over a run, and a resumed
-    run picks up where it stopped (the order is a function of the position alone). Raises ``InvalidArgument``
-    when an env generates its tasks (``task_list()`` is ``None``) or has none.
+    epochs follow each other. A run that takes ``n`` tasks a step from position ``step * n`` sees every task once
+    per epoch, each about equally often over a run, and a resumed run picks up where it stopped (the order is a
+    function of the position alone). Raises ``InvalidArgument`` when an env generates its tasks (``task_list()`` is
+    ``None``) or has none.
 
     >>> pool = EnvPool(["TurnRL/CreditChain-v0"], make_kwargs={"pairs": "Map"})
     >>> first = epoch_tasks(pool, seed=0, start=0, n=36)  # one whole epoch of the 36 Map training tasks
