@@ -23,13 +23,20 @@ transcripts, no model; a second a run). It recovers each transcript's task from 
 evaluator's :func:`~trainers.rollout.distinct_task_seeds` and the env's ``draw_task``), checks the recovery against
 every episode (a pick scored right must be the recovered task's answer, a pick scored wrong must not), and reports per
 option pair A/B: ``P(A | A right)``, ``P(A | B right)`` and their difference, the **clue gap** (0: the pick ignores
-the clue, a constant or a coin; 1: always right), with the sampled success and the picks that named no option.
+the clue, a constant or a coin; 1: always right), with the sampled success and the picks that named no option. It
+also reports the **option echo**: the fraction of the later turns' answers (the distractor requests, "Name an animal.",
+and the closing ``Say done.``) that name one of the task's two options. The cold starts echo about nothing (at most
+0.003 in credit_chain_map_epoch); an RL run can learn to, since under every strategy here the later turns' tokens take
+the outcome's advantage, so the option words there are pushed up or down with the episode's luck. No later answer is
+paid (the distractor turns pay the same noise whatever it says), so an echo earns nothing: it is drift in the weights
+the turns share, not reward.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -102,7 +109,7 @@ def sampled_picks(run: Path) -> dict[str, float | int | str]:
     tasks = [base.draw_task(s) for s in distinct_task_seeds(env, summary["seed"], summary["episodes"])]
     env.close()
     counts: dict[str, dict[str, list[int]]] = {}  # frame -> "A right"/"B right" -> [picked A, valid picks]
-    invalid = right = total = 0
+    invalid = right = total = later = echoes = 0
     for line in (run / "final-eval" / "transcripts" / summaries[0].name).read_text().splitlines():
         row = json.loads(line)
         task = tasks[row["task"]]
@@ -113,6 +120,9 @@ def sampled_picks(run: Path) -> dict[str, float | int | str]:
                              f"{task['id']} (answer {task['answer']!r}): the tasks were not recovered.")  # fmt: skip
         total += 1
         right += ok
+        for turn in row["text"].split("<|im_start|>assistant\n")[1:]:  # the later turns' answers, turn 1 excluded
+            later += 1
+            echoes += any(re.search(rf"\b{re.escape(o)}\b", turn.split("<|im_end|>")[0], re.I) for o in task["options"])
         if pick is None:
             invalid += 1
             continue
@@ -133,6 +143,8 @@ def sampled_picks(run: Path) -> dict[str, float | int | str]:
         out[f"{frame}: clue gap"] = p_a_right - p_a_other
         gaps.append(p_a_right - p_a_other)
     out["clue gap"] = sum(gaps) / len(gaps) if gaps else math.nan  # nan: no pair with valid picks on both sides
+    out["later answers"] = later
+    out["option echo"] = echoes / later if later else math.nan  # nan: no episode reached turn 2
     return out
 
 

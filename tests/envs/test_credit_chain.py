@@ -474,9 +474,10 @@ def test_turn_level_credit_wins_ties_and_loses_where_the_docstring_says():
     assert np.array_equal(first["mt_grpo"], first["grpo_or"]) and first["grpo_or"].std() > 0
 
 
-def _fake_final_eval(run: Path, pick_of) -> None:
+def _fake_final_eval(run: Path, pick_of, later: str = "done") -> None:
     """A finished run's ``final-eval`` as ``leaderboards.evaluate`` writes it (summary and transcripts) for the Map
-    pair's 12 held-out tasks x 2 trials, each trial picking ``pick_of(task)`` and scored by the env's own rule."""
+    pair's 12 held-out tasks x 2 trials, each trial picking ``pick_of(task)``, answering turn 2 ``later`` and scored
+    by the env's own rule."""
     import json
 
     from trainers.rollout import distinct_task_seeds
@@ -492,7 +493,10 @@ def _fake_final_eval(run: Path, pick_of) -> None:
         for i, task in enumerate(tasks):
             for trial in range(2):
                 pick = pick_of(task)
-                text = f"<choice>{pick}</choice><|im_end|>\n<|im_start|>user\nTurn 2/4. Say done.<|im_end|>"
+                text = (
+                    f"<choice>{pick}</choice><|im_end|>\n<|im_start|>user\nTurn 2/4. Name an animal.<|im_end|>\n"
+                    f"<|im_start|>assistant\n<answer>{later}</answer><|im_end|>"
+                )
                 success = float(parse_choice(text, task["options"]) == task["answer"])
                 f.write(
                     json.dumps({"task": i, "trial": trial, "metrics": {"env/success": success}, "text": text}) + "\n"
@@ -501,7 +505,8 @@ def _fake_final_eval(run: Path, pick_of) -> None:
 
 def test_sampled_picks_reads_the_clue_gap_from_a_final_evaluation(tmp_path: Path) -> None:
     """bench/credit_chain_picks.py --sampled: always right -> gap 1; one option whatever the clue -> gap 0 and half
-    right; a transcript that does not match its recovered task is refused, naming the run."""
+    right; a later answer naming an option counts as an echo, another word does not; a transcript that does not match
+    its recovered task is refused, naming the run."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("picks", Path(__file__).parents[2] / "bench/credit_chain_picks.py")
@@ -512,10 +517,13 @@ def test_sampled_picks_reads_the_clue_gap_from_a_final_evaluation(tmp_path: Path
     right = picks.sampled_picks(tmp_path / "right")
     assert right["success"] == 1.0 and right["clue gap"] == 1.0 and right["episodes"] == 24
     assert right["Map: P(boat | boat right)"] == 1.0 and right["Map: P(boat | other right)"] == 0.0
+    assert right["later answers"] == 24 and right["option echo"] == 0.0  # "done" names no option
 
-    _fake_final_eval(tmp_path / "boat", lambda task: "boat")
+    _fake_final_eval(tmp_path / "boat", lambda task: "boat", later="a Boat")  # whole word, any case
     boat = picks.sampled_picks(tmp_path / "boat")
-    assert boat["success"] == 0.5 and boat["clue gap"] == 0.0 and boat["invalid"] == 0
+    assert boat["success"] == 0.5 and boat["clue gap"] == 0.0 and boat["invalid"] == 0 and boat["option echo"] == 1.0
+    _fake_final_eval(tmp_path / "boats", lambda task: "car", later="boathouse")  # not the word itself
+    assert picks.sampled_picks(tmp_path / "boats")["option echo"] == 0.0
 
     _fake_final_eval(tmp_path / "bad", lambda task: "lift")
     bad = picks.sampled_picks(tmp_path / "bad")
