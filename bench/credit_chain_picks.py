@@ -25,11 +25,11 @@ every episode (a pick scored right must be the recovered task's answer, a pick s
 option pair A/B: ``P(A | A right)``, ``P(A | B right)`` and their difference, the **clue gap** (0: the pick ignores
 the clue, a constant or a coin; 1: always right), with the sampled success and the picks that named no option. It
 also reports the **option echo**: the fraction of the later turns' answers (the distractor requests, "Name an animal.",
-and the closing ``Say done.``) that name one of the task's two options. The cold starts echo about nothing (at most
-0.003 in credit_chain_map_epoch); an RL run can learn to, since under every strategy here the later turns' tokens take
-the outcome's advantage, so the option words there are pushed up or down with the episode's luck. No later answer is
-paid (the distractor turns pay the same noise whatever it says), so an echo earns nothing: it is drift in the weights
-the turns share, not reward.
+and the closing ``Say done.``) that name one of the task's two options, as a whole word anywhere in the turn's text (in
+the ``<answer>`` tag or not). The cold starts echo about nothing (at most 0.003 in credit_chain_map_epoch); an RL run
+can learn to, since under every strategy here the later turns' tokens take the outcome's advantage, so the option words
+there are pushed up or down with the episode's luck. No later answer is paid (the distractor turns pay the same noise
+whatever it says), so an echo earns nothing: it is drift in the weights the turns share, not reward.
 """
 
 from __future__ import annotations
