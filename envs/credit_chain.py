@@ -332,8 +332,11 @@ class CreditChainEnv(TurnEnv):
       +0.58 with the flaky one) wins too, less with the noise, since its turn-1 credit reads the merged return (see
       below). A trainer whose MT-GRPO does not beat GRPO-OR on these credits turns wrongly.
     * **It must tie** where there is no turn-level reward to read (``reveal=False`` with ``noise_level="outcome"``
-      or ``noise=0``; ``noisy_outcome`` at ``horizon=2``, which has no distractor): MT-GRPO's turn-1 advantage is
-      then GRPO-OR's, number for number (every ``A^T`` is 0, so ``A_1 = A^O``).
+      or ``noise=0``): MT-GRPO's turn-1 advantage is then GRPO-OR's, number for number (every ``A^T`` is 0, so
+      ``A_1 = A^O``). And where the turn-level reward says what the outcome says: ``noisy_outcome`` at
+      ``horizon=2`` has no distractor, so the outcome is the pick's exact ``choice`` again, turn 1's ``A^T`` equals
+      ``A^O``, and MT-GRPO's turn-1 advantage is GRPO-OR's doubled (``A^T + A^O``, same sign in every group): a
+      larger step the same way, not different credit (the correlations in the table are equal).
     * **It must not win** with the default ``umbrella``: the noise is turn-level, GRPO-OR never reads it and stays
       at 0.93, merged returns lose the pick in it as the horizon grows (bsuite's umbrella_length result), and
       MT-GRPO normalises each distractor turn per turn index, so every one adds a unit-scale random advantage to

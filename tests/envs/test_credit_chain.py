@@ -470,6 +470,8 @@ def test_turn_level_credit_wins_ties_and_loses_where_the_docstring_says():
         assert g["mt_grpo"] > 0.3 and g["gigpo"] > 0.1, (horizon, preset, g)
     assert gain(4)["mt_grpo"] < -0.25  # must lose: the default's turn-level noise (measured -0.4)
     assert gain(2, preset="noisy_outcome")["mt_grpo"] == pytest.approx(0.0, abs=1e-9)  # no distractor
+    right, first = first_turn_credit(2, preset="noisy_outcome")  # A^T = A^O at turn 1: GRPO-OR's doubled
+    assert np.allclose(first["mt_grpo"], 2 * first["grpo_or"]) and first["grpo_or"].std() > 0
     right, first = first_turn_credit(4, preset="noisy_outcome", reveal=False)  # no turn-level reward at all
     assert np.array_equal(first["mt_grpo"], first["grpo_or"]) and first["grpo_or"].std() > 0
 
