@@ -22,14 +22,19 @@ with ``avx512_bf16`` (2026-11-28); run it alone, not beside a training job.
 transcripts, no model; a second a run). It recovers each transcript's task from the evaluation's seed and kwargs (the
 evaluator's :func:`~trainers.rollout.distinct_task_seeds` and the env's ``draw_task``), checks the recovery against
 every episode (a pick scored right must be the recovered task's answer, a pick scored wrong must not), and reports per
-option pair A/B: ``P(A | A right)``, ``P(A | B right)`` and their difference, the **clue gap** (0: the pick ignores
-the clue, a constant or a coin; 1: always right), with the sampled success and the picks that named no option. It
-also reports the **option echo**: the fraction of the later turns' answers (the distractor requests, "Name an animal.",
-and the closing ``Say done.``) that name one of the task's two options, as a whole word anywhere in the turn's text (in
-the ``<answer>`` tag or not). The cold starts echo about nothing (at most 0.003 in credit_chain_map_epoch); an RL run
-can learn to, since under every strategy here the later turns' tokens take the outcome's advantage, so the option words
-there are pushed up or down with the episode's luck. No later answer is paid (the distractor turns pay the same noise
-whatever it says), so an echo earns nothing: it is drift in the weights the turns share, not reward.
+option pair A/B: ``P(A | A right)``, ``P(A | B right)`` and their difference, the **clue gap** (0: the pick ignores the
+clue, a constant or a coin; 1: always right), with the sampled success (overall and on the tasks whose answer is each
+option: a policy leaning to one option scores high on its tasks and low on the other's) and the picks that named no
+option. It also reports the **option echo**: the fraction of the later turns' answers (the distractor requests, "Name an
+animal.", and the closing ``Say done.``) that name one of the task's two options, as a whole word anywhere in the turn's
+text (in the ``<answer>`` tag or not). The cold starts echo about nothing (at most 0.003 in credit_chain_map_epoch); an
+RL run can learn to, since under every strategy here the later turns' tokens take the outcome's advantage, so the option
+words there are pushed up or down with the episode's luck. No later answer is paid (the distractor turns pay the same
+noise whatever it says), so an echo earns nothing: it is drift in the weights the turns share, not reward.
+
+Given several runs of one grid, it also counts how many of each later run's turn-1 picks equal the first run's, episode
+by episode (the evaluations pose the same tasks): 96 of 96 means two arms ended with the same policy as far as the pick
+goes, whatever their success.
 """
 
 from __future__ import annotations
@@ -89,10 +94,21 @@ def score_model(spec: str, horizon: int, pairs: str | None = None) -> dict[str, 
     return out
 
 
-def sampled_picks(run: Path) -> dict[str, float | int | str]:
-    """The clue gap of ``run``'s final evaluation (``run/final-eval``), per option pair and overall (the module's
-    docstring). Raises ``SystemExit`` naming the folder when it holds no CreditChain evaluation or a transcript does
-    not match its recovered task."""
+def _summary(run: Path) -> tuple[Path, dict]:
+    """``run``'s final-evaluation summary file and its last row; ``SystemExit`` naming the folder when it has none."""
+    import json
+
+    summaries = sorted((run / "final-eval").glob("CreditChain-*.jsonl"))
+    if not summaries:
+        raise SystemExit(f"{run} has no final-eval/CreditChain-*.jsonl; pass a finished CreditChain run's folder.")
+    return summaries[0], json.loads(summaries[0].read_text().splitlines()[-1])
+
+
+def _final_eval(run: Path) -> tuple[dict, list[dict], list[dict]]:
+    """``run``'s final-evaluation summary, the tasks it posed (recovered from its seed and kwargs) and its transcript
+    rows, each with its turn-1 ``pick`` (an option, or None when the first turn named none) added. Raises
+    ``SystemExit`` naming the folder when it holds no CreditChain evaluation or a transcript does not match its
+    recovered task."""
     import json
 
     import gymnasium as gym
@@ -100,26 +116,40 @@ def sampled_picks(run: Path) -> dict[str, float | int | str]:
     import envs  # noqa: F401  (registers the TurnRL ids)
     from trainers.rollout import distinct_task_seeds
 
-    summaries = sorted((run / "final-eval").glob("CreditChain-*.jsonl"))
-    if not summaries:
-        raise SystemExit(f"{run} has no final-eval/CreditChain-*.jsonl; pass a finished CreditChain run's folder.")
-    summary = json.loads(summaries[0].read_text().splitlines()[-1])
+    path, summary = _summary(run)
     env = gym.make(summary["env_id"], **summary["env_kwargs"])
     base = env.unwrapped
     tasks = [base.draw_task(s) for s in distinct_task_seeds(env, summary["seed"], summary["episodes"])]
     env.close()
-    counts: dict[str, dict[str, list[int]]] = {}  # frame -> "A right"/"B right" -> [picked A, valid picks]
-    invalid = right = total = later = echoes = 0
-    for line in (run / "final-eval" / "transcripts" / summaries[0].name).read_text().splitlines():
+    rows = []
+    for line in (run / "final-eval" / "transcripts" / path.name).read_text().splitlines():
         row = json.loads(line)
         task = tasks[row["task"]]
-        pick = parse_choice(row["text"].split("<|im_end|>")[0], task["options"])
+        row["pick"] = parse_choice(row["text"].split("<|im_end|>")[0], task["options"])
         ok = row["metrics"]["env/success"] == 1.0
-        if ok != (pick == task["answer"]):
-            raise SystemExit(f"{run}: task {row['task']} trial {row['trial']} scored {ok} but picked {pick!r} on "
-                             f"{task['id']} (answer {task['answer']!r}): the tasks were not recovered.")  # fmt: skip
+        if ok != (row["pick"] == task["answer"]):
+            raise SystemExit(f"{run}: task {row['task']} trial {row['trial']} scored {ok} but picked {row['pick']!r} "
+                             f"on {task['id']} (answer {task['answer']!r}): the tasks were not recovered.")  # fmt: skip
+        rows.append(row)
+    return summary, tasks, rows
+
+
+def sampled_picks(run: Path) -> dict[str, float | int | str]:
+    """The clue gap of ``run``'s final evaluation (``run/final-eval``), per option pair and overall, with the success
+    on the tasks whose answer is each option (``<option> tasks: success``) and the option echo (the module's
+    docstring). Raises ``SystemExit`` as :func:`_final_eval` does."""
+    _, tasks, rows = _final_eval(run)
+    counts: dict[str, dict[str, list[int]]] = {}  # frame -> "A right"/"B right" -> [picked A, valid picks]
+    by_answer: dict[str, list[int]] = {}  # answer -> [right, episodes]
+    invalid = right = total = later = echoes = 0
+    for row in rows:
+        task, pick = tasks[row["task"]], row["pick"]
+        ok = pick == task["answer"]
         total += 1
         right += ok
+        cell = by_answer.setdefault(task["answer"], [0, 0])
+        cell[0] += ok
+        cell[1] += 1
         for turn in row["text"].split("<|im_start|>assistant\n")[1:]:  # the later turns' answers, turn 1 excluded
             later += 1
             echoes += any(re.search(rf"\b{re.escape(o)}\b", turn.split("<|im_end|>")[0], re.I) for o in task["options"])
@@ -131,6 +161,8 @@ def sampled_picks(run: Path) -> dict[str, float | int | str]:
         cell[0] += pick == a
         cell[1] += 1
     out: dict[str, float | int | str] = {"episodes": total, "success": right / total, "invalid": invalid}
+    for answer in sorted(by_answer):
+        out[f"{answer} tasks: success"] = by_answer[answer][0] / by_answer[answer][1]
     gaps = []
     for frame, cells in counts.items():
         if len(cells) < 2:  # every valid pick of the pair came from tasks with the same answer: no gap to read
@@ -148,6 +180,23 @@ def sampled_picks(run: Path) -> dict[str, float | int | str]:
     return out
 
 
+def picks_alike(first: Path, other: Path) -> tuple[int, int]:
+    """How many of two runs' final-evaluation episodes picked the same turn-1 option (None counting as a pick), of
+    how many: (alike, episodes). The two evaluations must pose the same tasks (same env, kwargs, seed and episode
+    count), or ``SystemExit`` says which differs."""
+    (_, s1), (_, s2) = _summary(first), _summary(other)
+    for key in ("env_id", "env_kwargs", "seed", "episodes"):
+        if s1[key] != s2[key]:
+            raise SystemExit(f"{first} and {other} evaluated different tasks ({key} {s1[key]!r} vs {s2[key]!r}); "
+                             "compare runs of one grid, whose final evaluations share their tasks.")  # fmt: skip
+    rows1, rows2 = _final_eval(first)[2], _final_eval(other)[2]
+    picks1 = {(r["task"], r["trial"]): r["pick"] for r in rows1}
+    picks2 = {(r["task"], r["trial"]): r["pick"] for r in rows2}
+    if picks1.keys() != picks2.keys():
+        raise SystemExit(f"{first} and {other} hold different (task, trial) episodes; rerun the shorter evaluation.")
+    return sum(picks1[k] == picks2[k] for k in picks1), len(picks1)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("models", nargs="+", help="saved policy folders, or 'smollm2' for the bundled model; with "
@@ -161,6 +210,9 @@ def main(argv: list[str] | None = None) -> None:
             stats = sampled_picks(Path(path))
             print(f"== {path}: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
                                              for k, v in stats.items()))  # fmt: skip
+        for path in args.models[1:]:
+            alike, n = picks_alike(Path(args.models[0]), Path(path))
+            print(f"== {path}: turn-1 picks alike with {args.models[0]}: {alike} of {n}")
         return
     import torch
 

@@ -507,8 +507,9 @@ def _fake_final_eval(run: Path, pick_of, later: str = "done") -> None:
 
 def test_sampled_picks_reads_the_clue_gap_from_a_final_evaluation(tmp_path: Path) -> None:
     """bench/credit_chain_picks.py --sampled: always right -> gap 1; one option whatever the clue -> gap 0 and half
-    right; a later answer naming an option counts as an echo, another word does not; a transcript that does not match
-    its recovered task is refused, naming the run."""
+    right, all of it on one option's tasks; a later answer naming an option counts as an echo, another word does not;
+    two runs' picks are compared episode by episode, and only when they evaluated the same tasks; a transcript that does
+    not match its recovered task is refused, naming the run."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("picks", Path(__file__).parents[2] / "bench/credit_chain_picks.py")
@@ -524,6 +525,10 @@ def test_sampled_picks_reads_the_clue_gap_from_a_final_evaluation(tmp_path: Path
     _fake_final_eval(tmp_path / "boat", lambda task: "boat", later="a Boat")  # whole word, any case
     boat = picks.sampled_picks(tmp_path / "boat")
     assert boat["success"] == 0.5 and boat["clue gap"] == 0.0 and boat["invalid"] == 0 and boat["option echo"] == 1.0
+    assert boat["boat tasks: success"] == 1.0 and boat["car tasks: success"] == 0.0  # the lean, per option
+    assert right["boat tasks: success"] == right["car tasks: success"] == 1.0
+    assert picks.picks_alike(tmp_path / "right", tmp_path / "boat") == (12, 24)  # alike on the `boat` tasks only
+    assert picks.picks_alike(tmp_path / "boat", tmp_path / "boat") == (24, 24)
     _fake_final_eval(tmp_path / "boats", lambda task: "car", later="boathouse")  # not the word itself
     assert picks.sampled_picks(tmp_path / "boats")["option echo"] == 0.0
 
@@ -538,3 +543,7 @@ def test_sampled_picks_reads_the_clue_gap_from_a_final_evaluation(tmp_path: Path
         picks.sampled_picks(tmp_path / "bad")
     with pytest.raises(SystemExit, match="no final-eval"):
         picks.sampled_picks(tmp_path)
+    summary = tmp_path / "boats" / "final-eval" / "CreditChain-v0.jsonl"
+    summary.write_text(summary.read_text().replace('"seed": 12345', '"seed": 7'))
+    with pytest.raises(SystemExit, match="evaluated different tasks \\(seed 12345 vs 7\\)"):
+        picks.picks_alike(tmp_path / "right", tmp_path / "boats")
