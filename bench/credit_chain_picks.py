@@ -134,11 +134,11 @@ def _final_eval(run: Path) -> tuple[dict, list[dict], list[dict]]:
     return summary, tasks, rows
 
 
-def sampled_picks(run: Path) -> dict[str, float | int | str]:
-    """The clue gap of ``run``'s final evaluation (``run/final-eval``), per option pair and overall, with the success
-    on the tasks whose answer is each option (``<option> tasks: success``) and the option echo (the module's
-    docstring). Raises ``SystemExit`` as :func:`_final_eval` does."""
-    _, tasks, rows = _final_eval(run)
+def sampled_picks(run: Path | tuple[dict, list[dict], list[dict]]) -> dict[str, float | int | str]:
+    """The clue gap of ``run``'s final evaluation (``run/final-eval``, or what :func:`_final_eval` read from it), per
+    option pair and overall, with the success on the tasks whose answer is each option (``<option> tasks: success``)
+    and the option echo (the module's docstring). Raises ``SystemExit`` as :func:`_final_eval` does."""
+    _, tasks, rows = _final_eval(run) if isinstance(run, Path) else run
     counts: dict[str, dict[str, list[int]]] = {}  # frame -> "A right"/"B right" -> [picked A, valid picks]
     by_answer: dict[str, list[int]] = {}  # answer -> [right, episodes]
     invalid = right = total = later = echoes = 0
@@ -184,12 +184,20 @@ def picks_alike(first: Path, other: Path) -> tuple[int, int]:
     """How many of two runs' final-evaluation episodes picked the same turn-1 option (None counting as a pick), of
     how many: (alike, episodes). The two evaluations must pose the same tasks (same env, kwargs, seed and episode
     count), or ``SystemExit`` says which differs."""
-    (_, s1), (_, s2) = _summary(first), _summary(other)
+    _same_tasks(first, _summary(first)[1], other, _summary(other)[1])  # before recovering: the clearer error
+    return _alike(first, _final_eval(first)[2], other, _final_eval(other)[2])
+
+
+def _same_tasks(first: Path, s1: dict, other: Path, s2: dict) -> None:
+    """``SystemExit`` naming the first key (env, kwargs, seed, episode count) where two evaluation summaries differ."""
     for key in ("env_id", "env_kwargs", "seed", "episodes"):
         if s1[key] != s2[key]:
             raise SystemExit(f"{first} and {other} evaluated different tasks ({key} {s1[key]!r} vs {s2[key]!r}); "
                              "compare runs of one grid, whose final evaluations share their tasks.")  # fmt: skip
-    rows1, rows2 = _final_eval(first)[2], _final_eval(other)[2]
+
+
+def _alike(first: Path, rows1: list[dict], other: Path, rows2: list[dict]) -> tuple[int, int]:
+    """:func:`picks_alike` on transcript rows already read (with their ``pick``)."""
     picks1 = {(r["task"], r["trial"]): r["pick"] for r in rows1}
     picks2 = {(r["task"], r["trial"]): r["pick"] for r in rows2}
     if picks1.keys() != picks2.keys():
@@ -206,13 +214,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sampled", action="store_true", help="read the runs' final evaluations, not the models")
     args = parser.parse_args(argv)
     if args.sampled:
-        for path in args.models:
-            stats = sampled_picks(Path(path))
-            print(f"== {path}: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
-                                             for k, v in stats.items()))  # fmt: skip
-        for path in args.models[1:]:
-            alike, n = picks_alike(Path(args.models[0]), Path(path))
-            print(f"== {path}: turn-1 picks alike with {args.models[0]}: {alike} of {n}")
+        runs = [Path(path) for path in args.models]
+        read = [_final_eval(run) for run in runs]  # each run's evaluation read and its tasks recovered once
+        for run, ev in zip(runs, read, strict=True):
+            stats = sampled_picks(ev)
+            print(f"== {run}: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
+                                            for k, v in stats.items()))  # fmt: skip
+        for run, ev in zip(runs[1:], read[1:], strict=True):
+            _same_tasks(runs[0], read[0][0], run, ev[0])
+            alike, n = _alike(runs[0], read[0][2], run, ev[2])
+            print(f"== {run}: turn-1 picks alike with {runs[0]}: {alike} of {n}")
         return
     import torch
 
