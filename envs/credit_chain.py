@@ -247,6 +247,11 @@ def first_option_policy(env: TurnEnv, rng: np.random.Generator) -> str:
     return f"<choice>{env.task['options'][0]}</choice>" if env.turn == 0 else _later_turn(env)
 
 
+def second_option_policy(env: TurnEnv, rng: np.random.Generator) -> str:
+    """Pick the option shown second (with ``first_option`` on the same task: one demonstration of each option)."""
+    return f"<choice>{env.task['options'][1]}</choice>" if env.turn == 0 else _later_turn(env)
+
+
 def wrong_policy(env: TurnEnv, rng: np.random.Generator) -> str:
     """Pick the other option, then answer well-formed."""
     if env.turn > 0:
@@ -417,6 +422,7 @@ class CreditChainEnv(TurnEnv):
         "oracle": oracle_policy,
         "random_choice": random_choice_policy,
         "first_option": first_option_policy,
+        "second_option": second_option_policy,
         "wrong": wrong_policy,
     }
 

@@ -40,6 +40,9 @@ from agentgym_turn.policies import ScriptedPolicy, get_scripted_policy
 from trainers.engine_api import Engine, Generation, SamplingConfig
 from trainers.episode import Episode
 
+#: How :func:`scripted_actor` gives each episode its scripted policy: drawn by weight, or cycled over a task's group.
+ASSIGNS: tuple[str, ...] = ("draw", "cycle")
+
 
 class PrefixInvariantError(RuntimeError):
     """The chat template re-rendered earlier turns differently; training on these ids would be wrong."""
@@ -179,18 +182,26 @@ def _clip(gen: Generation, budget: int) -> Generation:
     return Generation(gen.token_ids[:budget], gen.logprobs[:budget], finished=False)
 
 
-def scripted_actor(tokenizer: Any, stop_id: int, policies: Sequence[str], weights: Sequence[float] | None) -> Actor:
+def scripted_actor(
+    tokenizer: Any, stop_id: int, policies: Sequence[str], weights: Sequence[float] | None, assign: str = "draw"
+) -> Actor:
     """An actor that plays each slot's scripted policy (chosen per episode) and tokenises its text + ``stop_id``.
 
-    The ids get log-prob 0 (they are demonstrations, not samples). Which policy a slot plays is drawn once per
-    episode from ``policies`` with ``weights`` by the slot's rng.
+    The ids get log-prob 0 (they are demonstrations, not samples). Which policy a slot plays is chosen once per
+    episode: ``assign="draw"`` draws it from ``policies`` with ``weights`` by the slot's rng; ``assign="cycle"``
+    gives member j of a task's group ``policies[j % len(policies)]`` (weights unused), so a group of
+    ``len(policies)`` episodes holds one demonstration of each.
     """
+    if assign not in ASSIGNS:
+        raise InvalidArgument(f"assign={assign!r} is not a way to give episodes their policy; use one of {ASSIGNS}.")
     probs = None if weights is None else np.asarray(weights, dtype=float) / float(np.sum(weights))
 
     def act(slots: list[Slot], budgets: list[int]) -> list[Generation]:
         gens = []
         for slot, budget in zip(slots, budgets, strict=True):
-            if slot.policy_name is None:
+            if slot.policy_name is None and assign == "cycle":
+                slot.policy_name = policies[slot.member % len(policies)]
+            elif slot.policy_name is None:
                 slot.policy_name = str(slot.rng.choice(list(policies), p=probs))
             policy: ScriptedPolicy = get_scripted_policy(slot.env, slot.policy_name)
             ids = [*encode(tokenizer, policy(slot.env.unwrapped, slot.rng)), stop_id]
@@ -224,6 +235,7 @@ class Slot:
     truncated: bool = False
     metrics: dict[str, float] = field(default_factory=dict)
     policy_name: str | None = None
+    member: int = 0  # its place in the task's flat group (0 = the head; a tree's forks keep their root's)
 
     def fork(self, child: int) -> Slot:
         """A copy at the same state whose env is ``env.unwrapped.fork()``; ``child`` extends the node path."""
@@ -243,6 +255,7 @@ class Slot:
             state_keys=list(self.state_keys),
             next_key=self.next_key,
             policy_name=self.policy_name,
+            member=self.member,
         )
 
     def to_episode(self, tree: bool) -> Episode:
@@ -581,6 +594,7 @@ def collect(
         slots.append(head)
         for j in range(1, 1 if tree else group_size):
             slot, _ = start_slot(envs[env_id][first + j], env_id, group_offset + g, tokenizer, task_seed + j, task)
+            slot.member = j
             slots.append(slot)
     if tree:
         done = play(slots, actor, tokenizer, stop_ids, cfg, branch=group_size, branch_turns=branch_turns)

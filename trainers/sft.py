@@ -47,6 +47,12 @@ Other env families change some defaults (:data:`FAMILY_DEFAULTS`; a flag given w
 **CreditChain**: ``scripted:random_choice`` alone, unlike the oracle-like starts below: the env is a credit
 diagnostic, so the cold start teaches the tags and the turn structure but not which option fits a clue. Its turn-1
 picks are uniform (right half the time, either option), and RL must then find the mapping from the outcome alone.
+Uniform in the demonstrations, not always in the model: with a constant learning rate and about one demonstration of
+a pair per step, the last steps' picks move the pair's prior, and a seed can end leaning to one option (the horizon-4
+grid's seed 2 picked `boat` 91% of the time; experiments/runs/credit_chain_map_epoch/NOTES.md). ``--warm-start
+balanced`` is built to remove that drift: every task is demonstrated twice, once with each option
+(``first_option`` and ``second_option`` cycled over a group of 2), and both demonstrations share an optimizer step
+(``--group-size 2``), so no step pushes a pair's prior either way.
 
 **SearchR1**: ``scripted:oracle`` alone (was 70% oracle / 30% direct). Every facts-v1 question needs a search
 (answered from the question alone: EM 0.07), so a direct demonstration teaches the wrong first move, and it weighs
@@ -119,6 +125,7 @@ from agentgym_turn.error import InvalidArgument
 from agentgym_turn.logs import quiet_logs
 from trainers.config import ENV_KWARG_HELP, arg, env_kwargs_by_id, parse_config, to_dict
 from trainers.device import DEVICE_HELP, check_device_spec
+from trainers.rollout import ASSIGNS
 
 #: Defaults per env family (the id's name without ``TurnRL/`` and ``-vN``) over :class:`SFTConfig`'s own, which are
 #: WikiTwoTurn's. They apply when every ``--env`` id belongs to the family; a flag given on the command line wins.
@@ -143,9 +150,15 @@ WEAKENED: dict[str, dict[str, Any]] = {
 #: ``--warm-start verbatim``: the cold start that always searches the question verbatim (WikiTwoTurn's default up to
 #: v1, kept by name: it teaches one first turn, so turn-1 rewards rarely vary inside an RL group).
 VERBATIM: dict[str, dict[str, Any]] = {"WikiTwoTurn": {"policy": "scripted:reference"}}
+#: ``--warm-start balanced``: every demonstrated task once with each first move, both in the same optimizer step, so
+#: no update leans the cold start to one of them (CreditChain: each option once per task; the module docstring says
+#: why the default, random picks, can end leaning).
+BALANCED: dict[str, dict[str, Any]] = {
+    "CreditChain": {"policy": "scripted:first_option,scripted:second_option", "group_size": 2, "assign": "cycle"}
+}
 #: Defaults of older env versions that differ from their family's, so a committed command replays as it ran.
 VERSION_DEFAULTS: dict[str, dict[str, Any]] = {"WikiTwoTurn-v0": {}, "WikiTwoTurn-v1": {}}
-WARM_STARTS: tuple[str, ...] = ("default", "weakened", "verbatim")
+WARM_STARTS: tuple[str, ...] = ("default", "weakened", "verbatim", "balanced")
 
 
 def env_family(env_ids: Sequence[str]) -> str | None:
@@ -156,8 +169,9 @@ def env_family(env_ids: Sequence[str]) -> str | None:
 
 def family_defaults(env_ids: Sequence[str], warm_start: str = "default") -> dict[str, Any]:
     """The :data:`FAMILY_DEFAULTS` of ``env_ids`` when they all belong to one family, else ``{}`` (SFTConfig's);
-    ``warm_start="weakened"`` (``"verbatim"``) adds the family's :data:`WEAKENED` (:data:`VERBATIM`) cold start over
-    them. Ids of one older version listed in :data:`VERSION_DEFAULTS` take those instead of the family's.
+    ``warm_start="weakened"`` (``"verbatim"``, ``"balanced"``) adds the family's :data:`WEAKENED` (:data:`VERBATIM`,
+    :data:`BALANCED`) cold start over them. Ids of one older version listed in :data:`VERSION_DEFAULTS` take those
+    instead of the family's.
 
     ``family_defaults(["TurnRL/Sokoban-v2"])`` -> ``{"policy": "scripted:bfs", "episodes": 512}``.
     """
@@ -168,7 +182,7 @@ def family_defaults(env_ids: Sequence[str], warm_start: str = "default") -> dict
     versioned = {env_id.rpartition("/")[2] for env_id in env_ids}
     if len(versioned) == 1 and (name := versioned.pop()) in VERSION_DEFAULTS:
         out = dict(VERSION_DEFAULTS[name])
-    presets = {"weakened": WEAKENED, "verbatim": VERBATIM}
+    presets = {"weakened": WEAKENED, "verbatim": VERBATIM, "balanced": BALANCED}
     if warm_start in presets:
         preset = presets[warm_start]
         if family not in preset:
@@ -242,13 +256,21 @@ class SFTConfig:
     warm_start: str = arg(
         "default",
         "named cold start: default (the family's, robust across seeds), verbatim (WikiTwoTurn: search the question "
-        "verbatim, the default up to v1) or weakened (the papers' comparisons' "
-        "deliberately imperfect one, e.g. WikiTwoTurn 30%% tool use); flags given win",
+        "verbatim, the default up to v1), weakened (the papers' comparisons' "
+        "deliberately imperfect one, e.g. WikiTwoTurn 30%% tool use) or balanced (CreditChain: each task shown with "
+        "both options in one step); flags given win",
         choices=WARM_STARTS,
     )
     model: str = arg("smollm2", "model to fine-tune: 'smollm2', a Hugging Face id or a folder")
     init: str | None = arg(None, "checkpoint or HF folder to start from instead of --model")
-    episodes: int = arg(64, "demonstration episodes (one per task; SearchR1: 256, Sokoban: 512)")
+    episodes: int = arg(64, "demonstration episodes (--group-size per task; SearchR1: 256, Sokoban: 512)")
+    group_size: int = arg(1, "demonstration episodes per task, kept in one optimizer step (a multiple of it)")
+    assign: str = arg(
+        "draw",
+        "how an episode gets its --policy: draw (by weight) or cycle (episode j of a task's group plays the j-th "
+        "policy listed, weights unused)",
+        choices=ASSIGNS,
+    )
     epochs: int = arg(3, "passes over the demonstrations")
     batch_episodes: int = arg(4, "episodes per optimizer step (64 x 3 / 4 = 48 steps; 6 steps did not teach turn 2)")
     lr: float = arg(1e-4, "learning rate (AdamW, constant)")
@@ -284,9 +306,22 @@ class SFTConfig:
             )
         env_kwargs_by_id(self.env, self.env_kwarg)  # the syntax, checked before anything runs
         for name in ("episodes", "epochs", "batch_episodes", "max_new_tokens", "eval_max_new_tokens", "pack_tokens",
-                     "share_pack_tokens"):  # fmt: skip
+                     "share_pack_tokens", "group_size"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise InvalidArgument(f"--{name.replace('_', '-')}={getattr(self, name)} must be >= 1.")
+        for name in ("episodes", "batch_episodes"):
+            if getattr(self, name) % self.group_size:
+                raise InvalidArgument(
+                    f"--{name.replace('_', '-')}={getattr(self, name)} is not a multiple of --group-size="
+                    f"{self.group_size}: an optimizer step keeps a task's episodes together."
+                )
+        if self.assign not in ASSIGNS:
+            raise InvalidArgument(f"--assign {self.assign!r} is not one of {ASSIGNS}.")
+        if self.assign == "cycle" and self.group_size % len(parse_policy_mix(self.policy)[0]):
+            raise InvalidArgument(
+                f"--assign cycle plays each of the {len(parse_policy_mix(self.policy)[0])} policies of --policy "
+                f"{self.policy!r} once per group, so --group-size={self.group_size} must be a multiple of that."
+            )
         if self.lr <= 0:
             raise InvalidArgument(f"--lr={self.lr} must be > 0.")
         if self.eval_tasks < 0:
@@ -308,17 +343,49 @@ def parse_sft_config(argv: Sequence[str] | None) -> SFTConfig:
                         defaults=family_defaults(known.env, known.warm_start))  # fmt: skip
 
 
-def demonstrations(pool: Any, tokenizer: Any, policy_mix: str, episodes: int, seed: int, rcfg: Any) -> list[Any]:
-    """``episodes`` scripted episodes (one per task), each played by a policy drawn from the mixture."""
+def demonstrations(
+    pool: Any,
+    tokenizer: Any,
+    policy_mix: str,
+    episodes: int,
+    seed: int,
+    rcfg: Any,
+    *,
+    group_size: int = 1,
+    assign: str = "draw",
+) -> list[Any]:
+    """``episodes`` scripted episodes, ``group_size`` per task (consecutive, as RL's groups), each played by a policy
+    of the mixture: drawn by weight (``assign="draw"``) or member j of a group the j-th (``"cycle"``,
+    :func:`trainers.rollout.scripted_actor`)."""
     from trainers.engines import stop_token_ids
     from trainers.rollout import collect, scripted_actor
 
+    if episodes % group_size:
+        raise InvalidArgument(f"episodes={episodes} is not a multiple of group_size={group_size}.")
     names, weights = parse_policy_mix(policy_mix)
     stop = stop_token_ids(tokenizer)
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else stop[0]
-    eps, _ = collect(pool, scripted_actor(tokenizer, eos, names, weights), tokenizer, stop, rcfg,
-                     num_tasks=episodes, group_size=1, seed=seed)  # fmt: skip
+    eps, _ = collect(pool, scripted_actor(tokenizer, eos, names, weights, assign), tokenizer, stop, rcfg,
+                     num_tasks=episodes // group_size, group_size=group_size, seed=seed)  # fmt: skip
     return eps
+
+
+def sft_batches(n: int, batch_episodes: int, epochs: int, seed: int, group_size: int = 1) -> list[np.ndarray]:
+    """The episode indices of every optimizer step: each epoch a fresh permutation of the ``n // group_size``
+    groups of consecutive episodes (``group_size`` 1: of the episodes), cut into batches of ``batch_episodes``, so
+    a task's group always shares an update. ``n`` and ``batch_episodes`` are multiples of ``group_size``."""
+    if n % group_size or batch_episodes % group_size:
+        raise InvalidArgument(
+            f"{n} episodes in batches of {batch_episodes} cannot keep groups of {group_size} together; make both "
+            f"multiples of {group_size}."
+        )
+    rng = np.random.default_rng(seed)
+    batches = []
+    for _ in range(epochs):
+        groups = rng.permutation(n // group_size)
+        order = (groups[:, None] * group_size + np.arange(group_size)[None, :]).reshape(-1)
+        batches += [order[i : i + batch_episodes] for i in range(0, n, batch_episodes)]
+    return batches
 
 
 def sft_train(
@@ -333,11 +400,12 @@ def sft_train(
     seed: int,
     log: Any = None,
     share_pack_tokens: int | None = None,
+    group_size: int = 1,
 ) -> list[float]:
     """Minimise the NLL of the policy tokens (per-sequence token mean); returns the loss of every optimizer step.
     ``share_pack_tokens``: packs share their demonstrations' common prompt (``modeling.pack_shared``, the same loss
     and gradients computed on fewer tokens); ``None``: rows of whole episodes of ``pack_tokens``. Batches go to the
-    policy's device."""
+    policy's device; each keeps groups of ``group_size`` consecutive episodes together (:func:`sft_batches`)."""
     import torch
     from tqdm import tqdm
 
@@ -347,16 +415,10 @@ def sft_train(
     params = [p for p in policy.parameters() if p.requires_grad]
     device = params[0].device
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, fused=True)  # one kernel (CPU too), not a loop
-    rng = np.random.default_rng(seed)
     masks = [ep.loss_mask.astype(np.float32) for ep in episodes]
     losses: list[float] = []
     policy.train()
-    batches = [
-        order[i : i + batch_episodes]
-        for _ in range(epochs)
-        for order in [rng.permutation(len(episodes))]
-        for i in range(0, len(episodes), batch_episodes)
-    ]
+    batches = sft_batches(len(episodes), batch_episodes, epochs, seed, group_size)
     for b, batch in enumerate(tqdm(batches, desc="sft", file=sys.stderr)):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
@@ -431,14 +493,15 @@ def main(argv: list[str] | None = None) -> dict:
     place_model(policy, device)
     pool = make_env_pool(cfg.env, cfg.env_weights, env_kwargs_by_id(cfg.env, cfg.env_kwarg))
     demo_cfg = RolloutConfig(max_new_tokens=cfg.max_new_tokens, max_context=cfg.max_context, max_turns=cfg.max_turns)
-    eps = demonstrations(pool, tok, cfg.policy, cfg.episodes, cfg.seed, demo_cfg)
+    eps = demonstrations(pool, tok, cfg.policy, cfg.episodes, cfg.seed, demo_cfg, group_size=cfg.group_size,
+                         assign=cfg.assign)  # fmt: skip
     n_tok = sum(int(e.loss_mask.sum()) for e in eps)
     print(f"[sft] {len(eps)} demonstrations ({n_tok} policy tokens, mean return "
           f"{np.mean([e.total_reward for e in eps]):.2f}) from {cfg.policy} on {cfg.env}", flush=True)  # fmt: skip
     losses = sft_train(policy, eps, epochs=cfg.epochs, batch_episodes=cfg.batch_episodes, lr=cfg.lr,
                        pack_tokens=cfg.pack_tokens, bf16=cfg.bf16, seed=cfg.seed,
                        share_pack_tokens=cfg.share_pack_tokens if cfg.share_prefix else None,
-                       log=lambda row: loggers.log(row["step"], row))  # fmt: skip
+                       group_size=cfg.group_size, log=lambda row: loggers.log(row["step"], row))  # fmt: skip
     save_policy(policy, tok, str(out / "policy"))
     print(f"[sft] NLL {losses[0]:.3f} -> {losses[-1]:.3f} over {len(losses)} steps; saved {out / 'policy'}")
     result: dict = {"sft/first_loss": losses[0], "sft/last_loss": losses[-1]}

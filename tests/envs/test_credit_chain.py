@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import gymnasium as gym
@@ -321,6 +322,32 @@ def test_cold_start_explores_half_right_picks_in_both_directions():
     first_turns = {tok.decode(ep.token_ids[ep.turn_index == 0]) for ep in demos}
     assert all(ep.terminated and len(ep.turn_rewards) == 4 for ep in demos)
     assert 0.3 < np.mean(right) < 0.7 and len(first_turns) >= 6
+
+
+@pytest.mark.slow  # loading transformers for the tokenizer takes 5-15 s on 2 busy cores
+def test_balanced_cold_start_shows_every_task_with_both_options_in_one_step():
+    """``--warm-start balanced``: each demonstrated task twice in a row, once per option (so each option of every
+    pair equally often, right exactly half the time), and the SFT steps keep the two together."""
+    pytest.importorskip("transformers")
+    from agentgym_turn.models import load_tokenizer
+    from trainers.rollout import EnvPool, RolloutConfig
+    from trainers.sft import demonstrations, parse_sft_config, sft_batches
+
+    cfg = parse_sft_config(["--env", ENV_ID, "--warm-start", "balanced", "--episodes", "48"])
+    assert (cfg.policy, cfg.group_size, cfg.assign) == ("scripted:first_option,scripted:second_option", 2, "cycle")
+    tok = load_tokenizer("smollm2")
+    demos = demonstrations(EnvPool([ENV_ID]), tok, cfg.policy, cfg.episodes, 0, RolloutConfig(32, 512, 8),
+                           group_size=cfg.group_size, assign=cfg.assign)  # fmt: skip
+    picks = [tok.decode(ep.token_ids[ep.turn_index == 0]) for ep in demos]
+    pairs = list(zip(demos[::2], demos[1::2], strict=True))
+    assert len(pairs) == 24 and all(a.group == b.group for a, b in pairs)
+    assert all(picks[2 * g] != picks[2 * g + 1] for g in range(24))
+    assert [a.metrics["env/success"] + b.metrics["env/success"] for a, b in pairs] == [1.0] * 24
+    counts = Counter(picks)
+    for a, b in (("umbrella", "sunglasses"), ("coat", "shorts"), ("boat", "car"), ("doctor", "mechanic")):
+        assert counts[f"<choice>{a}</choice><|im_end|>"] == counts[f"<choice>{b}</choice><|im_end|>"]
+    for batch in sft_batches(len(demos), cfg.batch_episodes, 1, 0, cfg.group_size):
+        assert {demos[i].group for i in batch[::2]} == {demos[i].group for i in batch[1::2]}
 
 
 # ---------------------------------------------------------------------------------------------------- trainer

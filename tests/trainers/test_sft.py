@@ -9,7 +9,15 @@ import pytest
 from agentgym_turn.error import InvalidArgument
 from tests.trainers import toy_env
 from trainers.rl import RLConfig, train
-from trainers.sft import FAMILY_DEFAULTS, WEAKENED, SFTConfig, main, parse_policy_mix, parse_sft_config
+from trainers.sft import (
+    FAMILY_DEFAULTS,
+    WEAKENED,
+    SFTConfig,
+    main,
+    parse_policy_mix,
+    parse_sft_config,
+    sft_batches,
+)
 
 ENV = "tests.trainers.toy_env:" + toy_env.ENV_ID
 
@@ -59,6 +67,37 @@ def test_wiki_default_imitates_the_reference_alone_and_weakened_is_a_named_optio
         parse_sft_config(["--env", "TurnRL/Sokoban-v2", "TurnRL/SearchR1-v2", "--warm-start", "weakened"])
     with pytest.raises(InvalidArgument, match="--warm-start 'strong'"):
         SFTConfig(warm_start="strong")
+
+
+def test_sft_batches_keep_a_tasks_group_in_one_step_and_group_size_1_is_the_plain_shuffle():
+    import numpy as np
+
+    rng = np.random.default_rng(3)  # what sft_train drew before groups existed: one permutation per epoch
+    before = [order[i : i + 4] for _ in range(2) for order in [rng.permutation(12)] for i in range(0, 12, 4)]
+    assert [b.tolist() for b in sft_batches(12, 4, 2, seed=3)] == [b.tolist() for b in before]
+    paired = sft_batches(12, 4, 2, seed=3, group_size=2)
+    assert len(paired) == 6
+    for epoch in (paired[:3], paired[3:]):  # every episode once per epoch
+        assert sorted(np.concatenate(epoch).tolist()) == list(range(12))
+    for batch in paired:  # episodes 2g and 2g + 1 (one task's group) always share a step
+        assert all(batch[i] % 2 == 0 and batch[i + 1] == batch[i] + 1 for i in (0, 2))
+    assert [b.tolist() for b in paired[:3]] != [b.tolist() for b in paired[3:]]  # a fresh order each epoch
+    with pytest.raises(InvalidArgument, match="make both multiples of 2"):
+        sft_batches(12, 3, 1, 0, group_size=2)
+
+
+def test_group_size_and_cycled_policies_are_checked_before_anything_runs():
+    with pytest.raises(InvalidArgument, match="--episodes=9 is not a multiple of --group-size=2"):
+        SFTConfig(episodes=9, group_size=2)
+    with pytest.raises(InvalidArgument, match="--batch-episodes=3 is not a multiple of --group-size=2"):
+        SFTConfig(episodes=8, batch_episodes=3, group_size=2)
+    with pytest.raises(InvalidArgument, match="--group-size=3 must be a multiple of that"):
+        SFTConfig(policy="scripted:reference,scripted:direct", assign="cycle", group_size=3, episodes=6,
+                  batch_episodes=3)  # fmt: skip
+    with pytest.raises(InvalidArgument, match="--assign 'round'"):
+        SFTConfig(assign="round")
+    with pytest.raises(InvalidArgument, match="--warm-start balanced is defined for \\['CreditChain'\\]"):
+        parse_sft_config(["--env", "TurnRL/WikiTwoTurn-v2", "--warm-start", "balanced"])
 
 
 @pytest.mark.parametrize("family", sorted(WEAKENED))
