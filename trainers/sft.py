@@ -160,6 +160,8 @@ BALANCED: dict[str, dict[str, Any]] = {
 #: Defaults of older env versions that differ from their family's, so a committed command replays as it ran.
 VERSION_DEFAULTS: dict[str, dict[str, Any]] = {"WikiTwoTurn-v0": {}, "WikiTwoTurn-v1": {}}
 WARM_STARTS: tuple[str, ...] = ("default", "weakened", "verbatim", "balanced")
+#: ``--lr-schedule`` values (:func:`scheduled_lr`).
+LR_SCHEDULES: tuple[str, ...] = ("constant", "linear")
 
 
 def env_family(env_ids: Sequence[str]) -> str | None:
@@ -274,7 +276,10 @@ class SFTConfig:
     )
     epochs: int = arg(3, "passes over the demonstrations")
     batch_episodes: int = arg(4, "episodes per optimizer step (64 x 3 / 4 = 48 steps; 6 steps did not teach turn 2)")
-    lr: float = arg(1e-4, "learning rate (AdamW, constant)")
+    lr: float = arg(1e-4, "learning rate (AdamW; its first step's under --lr-schedule linear)")
+    lr_schedule: str = arg(
+        "constant", "constant, or linear: decays to lr / steps at the last step", choices=LR_SCHEDULES
+    )
     pack_tokens: int = arg(512, "with --no-share-prefix: tokens per packed row (no padding)")
     share_prefix: bool = arg(True, "compute the prompt tokens a pack's demonstrations share (the system prompt) once")
     share_pack_tokens: int = arg(2048, "with --share-prefix: tokens one pack computes (shared prefix once + the rests)")
@@ -325,6 +330,8 @@ class SFTConfig:
             )
         if self.lr <= 0:
             raise InvalidArgument(f"--lr={self.lr} must be > 0.")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise InvalidArgument(f"--lr-schedule {self.lr_schedule!r} is not one of {LR_SCHEDULES}.")
         if self.eval_tasks < 0:
             raise InvalidArgument(f"--eval-tasks={self.eval_tasks} must be >= 0.")
         check_device_spec(self.device)
@@ -389,6 +396,15 @@ def sft_batches(n: int, batch_episodes: int, epochs: int, seed: int, group_size:
     return batches
 
 
+def scheduled_lr(lr: float, schedule: str, step: int, steps: int) -> float:
+    """The learning rate of optimizer step ``step`` (0-based) of ``steps``: ``constant`` ``lr`` throughout;
+    ``linear`` from ``lr`` at the first step down to ``lr / steps`` at the last (0 after it), as Hugging Face's
+    linear schedule without warm-up, so the last steps' demonstrations move the model least."""
+    if schedule not in LR_SCHEDULES:
+        raise InvalidArgument(f"lr_schedule={schedule!r} is not one of {LR_SCHEDULES}.")
+    return lr if schedule == "constant" else lr * (steps - step) / steps
+
+
 def sft_train(
     policy: Any,
     episodes: Sequence[Any],
@@ -402,11 +418,13 @@ def sft_train(
     log: Any = None,
     share_pack_tokens: int | None = None,
     group_size: int = 1,
+    lr_schedule: str = "constant",
 ) -> list[float]:
     """Minimise the NLL of the policy tokens (per-sequence token mean); returns the loss of every optimizer step.
     ``share_pack_tokens``: packs share their demonstrations' common prompt (``modeling.pack_shared``, the same loss
     and gradients computed on fewer tokens); ``None``: rows of whole episodes of ``pack_tokens``. Batches go to the
-    policy's device; each keeps groups of ``group_size`` consecutive episodes together (:func:`sft_batches`)."""
+    policy's device; each keeps groups of ``group_size`` consecutive episodes together (:func:`sft_batches`).
+    ``lr_schedule``: the learning rate of each step (:func:`scheduled_lr`)."""
     import torch
     from tqdm import tqdm
 
@@ -438,10 +456,14 @@ def sft_train(
             total += float(loss.detach())
             tokens += pack.num_tokens
         torch.nn.utils.clip_grad_norm_(params, 1.0)
+        step_lr = scheduled_lr(lr, lr_schedule, b, len(batches))
+        for group in opt.param_groups:
+            group["lr"] = step_lr
         opt.step()
         losses.append(total)
         if log is not None:
-            log({"step": b + 1, "losses/sft": total, "perf/train_tokens_per_s": tokens / (time.perf_counter() - t0)})
+            log({"step": b + 1, "losses/sft": total, "perf/train_tokens_per_s": tokens / (time.perf_counter() - t0),
+                 "perf/lr": step_lr})  # fmt: skip
     return losses
 
 
@@ -502,7 +524,8 @@ def main(argv: list[str] | None = None) -> dict:
     losses = sft_train(policy, eps, epochs=cfg.epochs, batch_episodes=cfg.batch_episodes, lr=cfg.lr,
                        pack_tokens=cfg.pack_tokens, bf16=cfg.bf16, seed=cfg.seed,
                        share_pack_tokens=cfg.share_pack_tokens if cfg.share_prefix else None,
-                       group_size=cfg.group_size, log=lambda row: loggers.log(row["step"], row))  # fmt: skip
+                       group_size=cfg.group_size, lr_schedule=cfg.lr_schedule,
+                       log=lambda row: loggers.log(row["step"], row))  # fmt: skip
     save_policy(policy, tok, str(out / "policy"))
     print(f"[sft] NLL {losses[0]:.3f} -> {losses[-1]:.3f} over {len(losses)} steps; saved {out / 'policy'}")
     result: dict = {"sft/first_loss": losses[0], "sft/last_loss": losses[-1]}

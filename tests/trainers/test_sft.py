@@ -178,3 +178,44 @@ def test_sft_step_with_a_shared_prompt_equals_whole_episodes(tiny_model, tokeniz
 
     packs = M.pack_shared(demos, range(4), 4096)
     assert len(packs) == 1 and packs[0].shared and packs[0].shared > 100  # the system prompt, computed once
+
+
+def test_linear_lr_schedule_decays_over_the_steps_and_constant_keeps_the_rate():
+    from trainers.sft import scheduled_lr
+
+    assert [scheduled_lr(1e-4, "linear", b, 4) for b in range(4)] == pytest.approx([1e-4, 7.5e-5, 5e-5, 2.5e-5])
+    assert {scheduled_lr(1e-4, "constant", b, 4) for b in range(4)} == {1e-4}
+    with pytest.raises(InvalidArgument, match="lr_schedule='cosine'"):
+        scheduled_lr(1e-4, "cosine", 0, 4)
+    with pytest.raises(InvalidArgument, match="--lr-schedule 'cosine'"):
+        SFTConfig(lr_schedule="cosine")
+
+
+def test_sft_train_steps_at_the_scheduled_rate(tiny_model, tokenizer):
+    """Each optimizer step uses (and logs as ``perf/lr``) its scheduled rate: under ``linear`` a step at rate 0
+    would leave the weights as they were, so the last of 2 steps (rate lr / 2) moves them less than under
+    ``constant``."""
+    import copy
+
+    from trainers.rollout import EnvPool, RolloutConfig
+    from trainers.sft import demonstrations, sft_train
+
+    demos = demonstrations(EnvPool(["TurnRL/WikiTwoTurn-v2"]), tokenizer, "scripted:reference", 4, 0,
+                           RolloutConfig(64, 1024, 2))  # fmt: skip
+    kw = {"epochs": 1, "batch_episodes": 2, "lr": 1e-3, "pack_tokens": 4096, "bf16": False, "seed": 0}
+    rows: dict[str, list[dict]] = {"constant": [], "linear": []}
+    moved = {}
+    for schedule, log in rows.items():
+        model = copy.deepcopy(tiny_model).float()
+        first = {}
+
+        def keep(row, log=log, model=model, first=first):
+            log.append(row)
+            if row["step"] == 1:
+                first.update({n: p.detach().clone() for n, p in model.named_parameters()})
+
+        sft_train(model, demos, lr_schedule=schedule, log=keep, **kw)
+        moved[schedule] = sum(float((p.detach() - first[n]).abs().sum()) for n, p in model.named_parameters())
+    assert [r["perf/lr"] for r in rows["constant"]] == [1e-3, 1e-3]
+    assert [r["perf/lr"] for r in rows["linear"]] == [1e-3, 5e-4]
+    assert 0 < moved["linear"] < moved["constant"]
