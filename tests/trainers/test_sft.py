@@ -200,8 +200,7 @@ def test_sft_train_steps_at_the_scheduled_rate(tiny_model, tokenizer):
     from trainers.rollout import EnvPool, RolloutConfig
     from trainers.sft import demonstrations, sft_train
 
-    demos = demonstrations(EnvPool(["TurnRL/WikiTwoTurn-v2"]), tokenizer, "scripted:reference", 4, 0,
-                           RolloutConfig(64, 1024, 2))  # fmt: skip
+    demos = demonstrations(EnvPool([ENV]), tokenizer, "scripted:reference", 4, 0, RolloutConfig(64, 1024, 2))
     kw = {"epochs": 1, "batch_episodes": 2, "lr": 1e-3, "pack_tokens": 4096, "bf16": False, "seed": 0}
     rows: dict[str, list[dict]] = {"constant": [], "linear": []}
     moved = {}
