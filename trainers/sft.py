@@ -267,7 +267,9 @@ class SFTConfig:
     model: str = arg("smollm2", "model to fine-tune: 'smollm2', a Hugging Face id or a folder")
     init: str | None = arg(None, "checkpoint or HF folder to start from instead of --model")
     episodes: int = arg(64, "demonstration episodes (--group-size per task; SearchR1: 256, Sokoban: 512)")
-    group_size: int = arg(1, "demonstration episodes per task, kept in one optimizer step (a multiple of it)")
+    group_size: int = arg(
+        1, "demonstration episodes per task, kept in one optimizer step (--episodes and --batch-episodes: multiples)"
+    )
     assign: str = arg(
         "draw",
         "how an episode gets its --policy: draw (by weight) or cycle (episode j of a task's group plays the j-th "
