@@ -143,7 +143,7 @@ def test_extends_takes_the_other_specs_keys_and_merges_budget_eval_and_arms(tmp_
 # issue 49: the four strategies, per-seed warm starts
 CREDIT_GRIDS = ("credit_chain", "credit_chain_map", "credit_chain_map_bf16", "credit_chain_map_epoch",
                 "credit_chain_map_epoch_h2", "credit_chain_map_epoch_h8", "credit_chain_map_h2", "credit_chain_map_h8",
-                "wiki_credit", "searchr1_hops_credit", "sokoban_long_credit")  # fmt: skip
+                "credit_chain_map_balanced", "wiki_credit", "searchr1_hops_credit", "sokoban_long_credit")  # fmt: skip
 
 
 def test_committed_specs_load_and_compare_the_papers_strategies():
@@ -240,6 +240,11 @@ def test_committed_specs_load_and_compare_the_papers_strategies():
         assert dataclasses.replace(epoch_cfg, task_order="iid", init=iid_cfg.init, out_dir=iid_cfg.out_dir) == iid_cfg
         assert (epoch_spec.eval, epoch_spec.warm_start, epoch_spec.seeds) == (iid_spec.eval, iid_spec.warm_start,
                                                                               (0, 1, 2))  # fmt: skip
+    balanced, epoch = specs["credit_chain_map_balanced"], specs["credit_chain_map_epoch"]  # only the cold start differs
+    assert balanced.warm_start.per_seed and balanced.warm_start.args == {**epoch.warm_start.args,
+                                                                         "warm_start": "balanced"}  # fmt: skip
+    assert (balanced.budget, balanced.eval, balanced.seeds, balanced.arms) == (epoch.budget, epoch.eval, epoch.seeds,
+                                                                               epoch.arms)  # fmt: skip
     wiki = specs["wiki_credit"]  # the recipe's budget, from per-seed exploring cold starts
     assert wiki.warm_start.per_seed and wiki.env == ("TurnRL/WikiTwoTurn-v2",) and "policy" not in wiki.warm_start.args
     assert wiki.budget == {**specs["wiki_recipe_sweep"].budget, "lr": 1e-5} and wiki.eval.tasks == 64
