@@ -440,6 +440,7 @@ def sft_train(
     losses: list[float] = []
     policy.train()
     batches = sft_batches(len(episodes), batch_episodes, epochs, seed, group_size)
+    scheduled_lr(lr, lr_schedule, 0, len(batches))  # an unknown schedule fails before the first step's compute
     for b, batch in enumerate(tqdm(batches, desc="sft", file=sys.stderr)):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
