@@ -307,7 +307,7 @@ class SFTConfig:
     )
 
     def __post_init__(self) -> None:
-        parse_policy_mix(self.policy)
+        n_policies = len(parse_policy_mix(self.policy)[0])  # the syntax, checked first
         if self.warm_start not in WARM_STARTS:  # the CLI applies the named presets (parse_sft_config)
             raise InvalidArgument(
                 f"--warm-start {self.warm_start!r} is not a named cold start; use one of {WARM_STARTS}."
@@ -325,10 +325,10 @@ class SFTConfig:
                 )
         if self.assign not in ASSIGNS:
             raise InvalidArgument(f"--assign {self.assign!r} is not one of {ASSIGNS}.")
-        if self.assign == "cycle" and self.group_size % len(parse_policy_mix(self.policy)[0]):
+        if self.assign == "cycle" and self.group_size % n_policies:
             raise InvalidArgument(
-                f"--assign cycle plays each of the {len(parse_policy_mix(self.policy)[0])} policies of --policy "
-                f"{self.policy!r} once per group, so --group-size={self.group_size} must be a multiple of that."
+                f"--assign cycle plays each of the {n_policies} policies of --policy {self.policy!r} once per group, "
+                f"so --group-size={self.group_size} must be a multiple of that."
             )
         if self.lr <= 0:
             raise InvalidArgument(f"--lr={self.lr} must be > 0.")
